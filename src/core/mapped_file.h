@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+namespace di {
+
+// Read-only memory map of a whole file (RAII, move-only). Pages are only read when touched, so
+// mapping a multi-GB shard costs no memory until its tensors are used.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  // Throws di::Error naming the path when the file cannot be opened or mapped.
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+
+  const std::string& path() const { return path_; }
+  size_t size() const { return size_; }
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+  const std::byte* data() const { return data_; }
+
+ private:
+  void reset() noexcept;
+  std::string path_;
+  const std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace di
