@@ -1,0 +1,22 @@
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace di {
+
+struct DeviceInfo {
+  std::string name;
+  int sm_major = 0;
+  int sm_minor = 0;
+  size_t total_mem = 0;  // bytes
+  int sm_count = 0;
+};
+
+// Number of CUDA devices; 0 when there is no driver or no device. Never throws.
+int cuda_device_count() noexcept;
+
+// Properties of device `ordinal` (must be in [0, cuda_device_count())).
+DeviceInfo device_info(int ordinal);
+
+}  // namespace di

@@ -1,0 +1,131 @@
+// CUDA runtime wrappers: error checks, device queries, RAII buffers, streams and events.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/device_buffer.h"
+#include "common/error.h"
+
+namespace di {
+namespace {
+
+std::string error_of(void (*f)()) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// These need no device.
+TEST(CudaCheckTest, NamesTheErrorTheExpressionAndTheLocation) {
+  const std::string msg = error_of([] { DI_CUDA_CHECK(cudaErrorInvalidValue); });
+  EXPECT_NE(msg.find("cudaErrorInvalidValue"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("in cudaErrorInvalidValue"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cuda_runtime_test.cc:"), std::string::npos) << msg;
+  EXPECT_NO_THROW(DI_CUDA_CHECK(cudaSuccess));
+}
+
+TEST(CudaDeviceTest, CountNeverThrows) {
+  int count = -1;
+  EXPECT_NO_THROW(count = cuda_device_count());
+  EXPECT_GE(count, 0);
+  const std::string msg = error_of([] { device_info(cuda_device_count()); });
+  EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+}
+
+class CudaRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: runtime test skipped";
+  }
+};
+
+TEST_F(CudaRuntimeTest, DeviceInfo) {
+  const DeviceInfo info = device_info(0);
+  EXPECT_FALSE(info.name.empty());
+  EXPECT_GE(info.sm_major, 7);
+  EXPECT_GT(info.sm_count, 0);
+  EXPECT_GT(info.total_mem, size_t{1} << 30);
+  std::printf("device 0: %s, sm_%d%d, %d SMs, %zu bytes\n", info.name.c_str(), info.sm_major,
+              info.sm_minor, info.sm_count, info.total_mem);
+}
+
+TEST_F(CudaRuntimeTest, OutOfMemoryNamesSizeAndTag) {
+  const std::string msg = error_of([] { DeviceBuffer huge(size_t{1} << 50, "kv_cache pool"); });
+  EXPECT_NE(msg.find("1125899906842624 bytes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'kv_cache pool'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("free of"), std::string::npos) << msg;
+  // The failure is cleared: later calls work.
+  EXPECT_NO_THROW(DeviceBuffer small(1024, "after oom"));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST_F(CudaRuntimeTest, BufferRoundTripAndMoves) {
+  Stream stream;
+  std::vector<uint8_t> in(4096);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = static_cast<uint8_t>(i * 7);
+  DeviceBuffer a(in.size(), "a");
+  ASSERT_NE(a.data(), nullptr);
+  EXPECT_EQ(a.size(), in.size());
+  a.copy_from_host_async(in.data(), in.size(), stream.get());
+
+  DeviceBuffer b(std::move(a));
+  EXPECT_EQ(a.data(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_EQ(a.size(), 0u);
+  EXPECT_EQ(b.tag(), "a");
+  DeviceBuffer c;
+  c = std::move(b);
+  EXPECT_EQ(c.size(), in.size());
+
+  PinnedHostBuffer pinned(in.size(), "staging");
+  c.copy_to_host_async(pinned.data(), in.size(), stream.get());
+  stream.synchronize();
+  EXPECT_EQ(std::memcmp(pinned.data(), in.data(), in.size()), 0);
+
+  c.fill_async(0xAB, stream.get());
+  std::vector<uint8_t> out(16);
+  c.copy_to_host_async(out.data(), out.size(), stream.get(), 100);
+  stream.synchronize();
+  for (uint8_t v : out)
+    EXPECT_EQ(v, 0xAB);
+
+  EXPECT_THROW(c.copy_to_host_async(out.data(), 16, stream.get(), in.size() - 8), Error);
+  EXPECT_THROW(c.copy_from_host_async(in.data(), in.size() + 1, stream.get()), Error);
+  DeviceBuffer empty(0, "empty");
+  EXPECT_TRUE(empty.empty());
+  EXPECT_EQ(empty.data(), nullptr);
+}
+
+TEST_F(CudaRuntimeTest, StreamsAndEvents) {
+  Stream stream;
+  Event start(/*timing=*/true);
+  Event stop(/*timing=*/true);
+  DeviceBuffer buf(size_t{64} << 20, "memset target");
+  start.record(stream.get());
+  buf.fill_async(0, stream.get());
+  stop.record(stream.get());
+  stop.synchronize();
+  EXPECT_TRUE(stop.query());
+  EXPECT_GE(Event::elapsed_ms(start, stop), 0.0f);
+
+  Stream moved(std::move(stream));
+  EXPECT_NO_THROW(moved.synchronize());
+  EXPECT_THROW((void)stream.get(), Error);  // NOLINT(bugprone-use-after-move)
+  Event plain;
+  plain.record(moved.get());
+  plain.synchronize();
+  EXPECT_TRUE(plain.query());
+}
+
+}  // namespace
+}  // namespace di
