@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -62,6 +63,20 @@ void MappedFile::reset() noexcept {
   if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
   data_ = nullptr;
   size_ = 0;
+}
+
+}  // namespace di
+
+namespace di {
+
+void MappedFile::release(size_t offset, size_t len) const noexcept {
+  if (data_ == nullptr || offset >= size_) return;
+  len = std::min(len, size_ - offset);
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  // Whole pages inside the range only: neighbouring tensors may share the edge pages.
+  const size_t begin = (offset + page - 1) / page * page;
+  const size_t end = (offset + len) / page * page;
+  if (end > begin) ::madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
 }  // namespace di

@@ -23,6 +23,9 @@ class MappedFile {
   size_t size() const { return size_; }
   std::span<const std::byte> bytes() const { return {data_, size_}; }
   const std::byte* data() const { return data_; }
+  // Drops the resident pages of [offset, offset + len) from this process (they are read from the
+  // file again if touched later). Keeps RSS bounded while streaming over a large mapping.
+  void release(size_t offset, size_t len) const noexcept;
 
  private:
   void reset() noexcept;

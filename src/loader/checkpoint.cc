@@ -268,6 +268,12 @@ ConstTensorView Checkpoint::view(std::string_view name) const {
   return view(*t);
 }
 
+void Checkpoint::release(const CheckpointTensor& t, uint64_t begin, uint64_t len) const noexcept {
+  if (t.shard >= shards_.size() || begin >= t.nbytes) return;
+  len = std::min(len, t.nbytes - begin);
+  shards_[t.shard]->mapping().release(t.offset + begin, len);
+}
+
 ConstTensorView Checkpoint::view(const CheckpointTensor& t) const {
   DI_CHECK(t.shard < shards_.size(), "{}: tensor '{}' has shard {} of {}", dir_.string(), t.name,
            t.shard, shards_.size());

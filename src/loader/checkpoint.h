@@ -51,6 +51,10 @@ class Checkpoint {
   // Zero-copy view into the mapped shard; throws di::Error naming the tensor when absent.
   ConstTensorView view(std::string_view name) const;
   ConstTensorView view(const CheckpointTensor& t) const;
+  // Drops the resident pages of the tensor's bytes [begin, begin + len) (after a one-pass scan
+  // or upload); views stay valid and re-read the file when touched again.
+  void release(const CheckpointTensor& t, uint64_t begin = 0,
+               uint64_t len = UINT64_MAX) const noexcept;
   const SafetensorsFile& shard(uint32_t i) const { return *shards_.at(i); }
 
  private:

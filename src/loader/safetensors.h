@@ -59,6 +59,7 @@ class SafetensorsFile {
   size_t file_size() const { return file_.size(); }
   // All bytes of the mapped file (header included); CheckpointTensor offsets index into it.
   std::span<const std::byte> bytes() const { return file_.bytes(); }
+  const MappedFile& mapping() const { return file_; }
 
  private:
   MappedFile file_;

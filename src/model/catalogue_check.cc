@@ -1,5 +1,6 @@
 #include "model/catalogue_check.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/check.h"
@@ -63,12 +64,22 @@ void check_scale_bytes(const Checkpoint& ckpt, const WeightCatalogue& cat,
     const auto* p = reinterpret_cast<const unsigned char*>(v.data);
     const size_t n = v.nbytes();
     report.scale_bytes_scanned += n;
-    const void* first = std::memchr(p, 0xFF, n);
-    if (first == nullptr) continue;
-    size_t first_idx = static_cast<size_t>(static_cast<const unsigned char*>(first) - p);
-    size_t count = 0;
-    for (size_t i = first_idx; i < n; ++i)
-      count += p[i] == 0xFF;
+    // Scan in windows and drop each window's pages afterwards: RSS stays bounded even for the
+    // 3 GiB scale tables of the Engram embeddings.
+    constexpr size_t kWindow = 64u << 20;
+    size_t count = 0, first_idx = n;
+    for (size_t w = 0; w < n; w += kWindow) {
+      const size_t end = std::min(n, w + kWindow);
+      const void* hit = std::memchr(p + w, 0xFF, end - w);
+      if (hit != nullptr) {
+        const auto h = static_cast<size_t>(static_cast<const unsigned char*>(hit) - p);
+        if (count == 0) first_idx = h;
+        for (size_t i = h; i < end; ++i)
+          count += p[i] == 0xFF;
+      }
+      ckpt.release(*t, w, end - w);
+    }
+    if (count == 0) continue;
     const int64_t cols = t->shape.rank() >= 2 ? t->shape[t->shape.rank() - 1] : 1;
     const std::string& shard = ckpt.shard_files().at(t->shard);
     report.problems.push_back(
