@@ -109,7 +109,7 @@ struct ModelConfig {
   int64_t engram_vocab_size = 0;
   int64_t engram_n_heads = 0;
   int64_t engram_head_dim = 0;
-  int64_t engram_pad_token_id = 0;
+  int64_t engram_pad_token_id = 2;
   int64_t engram_compressed_vocab_size = 0;
 
   // Draft blocks: V4 classic MTP (num_nextn_predict_layers = 1) or V4.1 DSpark stages.

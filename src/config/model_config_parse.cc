@@ -89,7 +89,8 @@ void read_text_fields(JsonReader& r, ModelConfig& c) {
     c.engram_vocab_size = r.req_int({"engram_vocab_size"});
     c.engram_n_heads = r.req_int({"engram_n_heads"});
     c.engram_head_dim = r.req_int({"engram_head_dim"});
-    c.engram_pad_token_id = r.opt_int({"engram_pad_token_id", "engram_pad_id"}, 0);
+    c.engram_pad_token_id =
+        r.opt_int({"engram_pad_token_id", "engram_pad_id"}, 2);  // ModelArgs default
     c.engram_compressed_vocab_size = r.req_int({"engram_compressed_vocab_size"});
   } else {
     r.ignore({"engram_max_ngram_size", "engram_vocab_size", "engram_n_heads", "engram_head_dim",
