@@ -1,0 +1,30 @@
+#pragma once
+
+// Quantisation simulations of the reference (delta spec §3.2, fixture README §5.1): each block
+// of x is replaced in place by its quantised value q * s. The scale arithmetic is binary32 (as
+// in the real kernels) whatever T is; the element rounding is decided on the T value, ties to
+// even. T = float (fp32 precision) or double (fp64 validation precision).
+
+#include <cstdint>
+#include <span>
+
+namespace di::cpu {
+
+// FP8 e4m3 with a UE8M0 (power-of-two) scale per `block` elements:
+// a = max(fp32(amax), fp32(1e-4)); s = 2^ceil(log2(fp32(a * fp32(1/448))));
+// q = e4m3_rne(clamp(x / s, +-448)). Used before every FP8/FP4 GEMM and on window KV.
+template <typename T>
+void act_quant_e4m3(std::span<T> x, int block);
+
+// FP4 e2m1 with a UE8M0 scale per `block` (32) elements: a = max(fp32(amax), 6 * 2^-126);
+// s = 2^ceil(log2(fp32(a * fp32(1/6)))); q = e2m1_rne(clamp(x / s, +-6)). Indexer q and keys.
+template <typename T>
+void fp4_quant_ue8m0(std::span<T> x, int block);
+
+// FP4 e2m1 with an E4M3 scale per `block` (16) elements: a = max(fp32(amax), 6 * 2^-9);
+// s = e4m3_rne(fp32(a / 6)); q = e2m1_rne(clamp(x / s, +-6)) (x / s one rounded T division).
+// Compressed KV.
+template <typename T>
+void fp4_quant_e4m3(std::span<T> x, int block);
+
+}  // namespace di::cpu

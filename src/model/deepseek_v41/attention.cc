@@ -1,0 +1,307 @@
+// CSA2 attention of the V4.1 CPU reference: window ring, compressor, indexer with the candidate
+// pool, shared compressed KV, sparse attention with sink, grouped output projection.
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/check.h"
+#include "kernels/cpu/moe_gate.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/sparse_attn.h"
+#include "model/deepseek_v41/model.h"
+
+namespace di::v41 {
+
+namespace {
+
+constexpr int kActBlock = 32;
+
+// Python floor division for possibly negative numerators.
+int64_t floor_div(int64_t a, int64_t b) {
+  return (a >= 0) ? a / b : -((-a + b - 1) / b);
+}
+
+}  // namespace
+
+template <typename T>
+void Model<T>::compress(int64_t i, SequenceStateT<T>& st, int64_t start, const Vec& x, Vec& latents,
+                        std::vector<int64_t>& groups) {
+  const BlockWeights<T>& w = w_.blocks[static_cast<size_t>(i)];
+  BlockState<T>& bs = st.blocks[static_cast<size_t>(i)];
+  const int64_t D = cfg_.hidden_size, hd = cfg_.head_dim;
+  const int64_t ratio = w.plan.compress_ratio;
+  const int64_t rows = static_cast<int64_t>(x.size()) / D;
+  const Vec kv = linear(x, rows, *w.comp_wkv);  // no activation quant: bf16/fp32 weights
+  if (ratio == 1) {
+    latents = kv;
+    cpu::rms_norm(latents.data(), rows, hd, w.comp_norm.data(), cfg_.rms_norm_eps);
+    for (int64_t r = 0; r < rows; ++r)
+      groups.push_back(start + r);
+    return;
+  }
+  const Vec score = linear(x, rows, *w.comp_wgate);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t pos = start + r;
+    const int64_t slot = pos % ratio;
+    std::copy_n(kv.begin() + r * hd, hd, bs.tail_kv.begin() + slot * hd);
+    std::copy_n(score.begin() + r * hd, hd, bs.tail_score.begin() + slot * hd);
+    if ((pos + 1) % ratio != 0) continue;
+    // Group complete: per-channel softmax over its `ratio` tokens, weighted sum of their kv.
+    Vec latent(static_cast<size_t>(hd));
+    for (int64_t d = 0; d < hd; ++d) {
+      T mx = -INFINITY;
+      for (int64_t s = 0; s < ratio; ++s)
+        mx = std::max(mx, bs.tail_score[static_cast<size_t>(s * hd + d)]);
+      T den = 0;
+      for (int64_t s = 0; s < ratio; ++s)
+        den += std::exp(bs.tail_score[static_cast<size_t>(s * hd + d)] - mx);
+      T acc = 0;
+      for (int64_t s = 0; s < ratio; ++s) {
+        const T p = std::exp(bs.tail_score[static_cast<size_t>(s * hd + d)] - mx) / den;
+        acc += bs.tail_kv[static_cast<size_t>(s * hd + d)] * p;
+      }
+      latent[static_cast<size_t>(d)] = acc;
+    }
+    cpu::rms_norm(latent.data(), 1, hd, w.comp_norm.data(), cfg_.rms_norm_eps);
+    latents.insert(latents.end(), latent.begin(), latent.end());
+    groups.push_back(pos / ratio);
+  }
+}
+
+template <typename T>
+std::vector<std::vector<int32_t>> Model<T>::indexer(int64_t i, SequenceStateT<T>& st, int64_t start,
+                                                    int64_t rows, const Vec& x, const Vec& qr,
+                                                    Shared& shared) {
+  const BlockWeights<T>& w = w_.blocks[static_cast<size_t>(i)];
+  const LayerPlan& p = w.plan;
+  const int64_t ratio = p.compress_ratio;
+  const int64_t IH = cfg_.index_n_heads, IHD = cfg_.index_head_dim, rd = cfg_.rope_head_dim;
+  const int64_t end_pos = start + rows;
+  const int64_t visible_total = end_pos / ratio;
+  const cpu::RopeTable<T>& rope = rope_for(i);
+
+  // Queries: FP8 GEMM from qr, RoPE on the tail, FP4 (UE8M0, 32) simulation.
+  Vec q = linear_q(qr, rows, *w.idx_wq_b);  // [rows, IH * IHD]
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t hh = 0; hh < IH; ++hh) {
+      rope.apply(q.data() + (r * IH + hh) * IHD + (IHD - rd), start + r);
+    }
+    cpu::fp4_quant_ue8m0(std::span<T>(q.data() + r * IH * IHD, static_cast<size_t>(IH * IHD)), 32);
+  }
+  Vec weights = linear(x, rows, *w.idx_weights_proj);  // [rows, IH]
+  const T wscale = static_cast<T>(std::pow(static_cast<double>(IHD), -0.5) *
+                                  std::pow(static_cast<double>(IH), -0.5));
+  for (T& v : weights)
+    v = v * wscale;
+
+  // Whose keys: the owner's own (intended) or the last published slot (shipped quirk).
+  int64_t key_owner = p.kv_source;
+  if (opts_.quirk == IndexKeyQuirk::kShipped && st.last_index_publisher >= 0) {
+    key_owner = st.last_index_publisher;
+  }
+  const BlockState<T>& ks = st.blocks[static_cast<size_t>(key_owner)];
+  const int64_t nkeys = static_cast<int64_t>(ks.index_keys.size()) / IHD;
+  DI_CHECK(nkeys >= visible_total, "layer {}: {} index keys for {} visible positions", i, nkeys,
+           visible_total);
+
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(rows));
+  Vec score(static_cast<size_t>(visible_total));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t visible = (start + r + 1) / ratio;  // group j visible iff j < (pos+1)/ratio
+    for (int64_t t = 0; t < visible_total; ++t) {
+      if (t >= visible) {
+        score[static_cast<size_t>(t)] = -INFINITY;
+        continue;
+      }
+      const T* k = ks.index_keys.data() + t * IHD;
+      T acc = 0;
+      for (int64_t hh = 0; hh < IH; ++hh) {
+        const T* qh = q.data() + (r * IH + hh) * IHD;
+        T dot = 0;
+        for (int64_t d = 0; d < IHD; ++d)
+          dot += qh[d] * k[d];
+        acc += std::max(dot, T(0)) * weights[static_cast<size_t>(r * IH + hh)];
+      }
+      score[static_cast<size_t>(t)] = acc;
+    }
+    if (p.candidate_builder) {
+      // Level one: keep the best `candidate_topk_blocks` blocks (block score = max over its
+      // positions; the block holding the newest visible position pinned to +inf).
+      const int64_t bsz = cfg_.candidate_block_size;
+      const int64_t nblocks = (visible_total + bsz - 1) / bsz;
+      Vec bscore(static_cast<size_t>(nblocks), -INFINITY);
+      for (int64_t t = 0; t < visible_total; ++t) {
+        T& b = bscore[static_cast<size_t>(t / bsz)];
+        b = std::max(b, score[static_cast<size_t>(t)]);
+      }
+      const int64_t last = floor_div(visible - 1, bsz);
+      if (last >= 0 && last < nblocks) bscore[static_cast<size_t>(last)] = INFINITY;
+      const auto top =
+          cpu::topk_indices(bscore.data(), nblocks, std::min(cfg_.candidate_topk_blocks, nblocks));
+      std::vector<uint8_t> mask(static_cast<size_t>(visible_total), 0);
+      for (int64_t b : top) {
+        if (bscore[static_cast<size_t>(b)] == -INFINITY) continue;
+        for (int64_t t = b * bsz; t < std::min(visible_total, (b + 1) * bsz); ++t) {
+          mask[static_cast<size_t>(t)] = 1;
+        }
+      }
+      shared.candidates.push_back(std::move(mask));
+    } else if (p.candidate_reader) {
+      const auto& mask = shared.candidates.at(static_cast<size_t>(r));
+      for (int64_t t = 0; t < visible_total; ++t) {
+        if (t >= static_cast<int64_t>(mask.size()) || !mask[static_cast<size_t>(t)]) {
+          score[static_cast<size_t>(t)] = -INFINITY;
+        }
+      }
+    }
+    // Top-k among the reachable positions (lower position wins ties), re-sorted by position.
+    const int64_t k = std::min(cfg_.index_topk, visible_total);
+    std::vector<int64_t> top = cpu::topk_indices(score.data(), visible_total, k);
+    std::vector<int32_t> sel;
+    for (int64_t t : top) {
+      if (t < visible && score[static_cast<size_t>(t)] != -INFINITY)
+        sel.push_back(static_cast<int32_t>(t));
+    }
+    std::sort(sel.begin(), sel.end());
+    while (static_cast<int64_t>(sel.size()) < k)
+      sel.push_back(-1);
+    out[static_cast<size_t>(r)] = std::move(sel);
+  }
+  return out;
+}
+
+template <typename T>
+typename Model<T>::Vec Model<T>::attention(int64_t i, SequenceStateT<T>& st, int64_t start,
+                                           const Vec& x, Shared& shared) {
+  const BlockWeights<T>& w = w_.blocks[static_cast<size_t>(i)];
+  const LayerPlan& p = w.plan;
+  BlockState<T>& bs = st.blocks[static_cast<size_t>(i)];
+  const int64_t D = cfg_.hidden_size, H = cfg_.num_heads, hd = cfg_.head_dim;
+  const int64_t rd = cfg_.rope_head_dim, win = cfg_.sliding_window;
+  const int64_t rows = static_cast<int64_t>(x.size()) / D;
+  const double eps = cfg_.rms_norm_eps;
+  const cpu::RopeTable<T>& rope = rope_for(i);
+
+  // Queries.
+  Vec qr = linear_q(x, rows, w.wq_a);
+  cpu::rms_norm(qr.data(), rows, cfg_.q_lora_rank, w.q_norm.data(), eps);
+  Vec q = linear_q(qr, rows, w.wq_b);  // [rows, H, hd]
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t hh = 0; hh < H; ++hh)
+      rope.apply(q.data() + (r * H + hh) * hd + (hd - rd), start + r);
+  }
+  // Window K=V: kv_norm, RoPE, FP8 over all head_dim values.
+  Vec kv = linear_q(x, rows, w.wkv);
+  cpu::rms_norm(kv.data(), rows, hd, w.kv_norm.data(), eps);
+  for (int64_t r = 0; r < rows; ++r) {
+    rope.apply(kv.data() + r * hd + (hd - rd), start + r);
+    cpu::act_quant_e4m3(std::span<T>(kv.data() + r * hd, static_cast<size_t>(hd)), kActBlock);
+  }
+  // Entries: [ring (positions before this chunk) ; this chunk's kv ; compressed entries].
+  Vec entries(bs.ring);
+  entries.insert(entries.end(), kv.begin(), kv.end());
+  const int64_t offset = win + rows;
+  std::vector<std::vector<int32_t>> idx(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t pos = start + r;
+    for (int64_t t = std::max<int64_t>(0, pos - win + 1); t <= pos; ++t) {
+      idx[static_cast<size_t>(r)].push_back(
+          static_cast<int32_t>(t < start ? t % win : win + (t - start)));
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(kv.begin() + r * hd, hd, bs.ring.begin() + ((start + r) % win) * hd);
+  }
+
+  if (p.compress_ratio > 0) {
+    const int64_t ratio = p.compress_ratio;
+    Vec latents;
+    std::vector<int64_t> groups;
+    if (p.mode == AttnMode::kFull) compress(i, st, start, x, latents, groups);
+    const int64_t compress_len = (start + rows) / ratio;
+    // Index keys from the fresh latents (pre-RoPE), published before this layer's indexer.
+    if (p.mode == AttnMode::kFull && !groups.empty()) {
+      const int64_t IHD = cfg_.index_head_dim;
+      Vec k = linear(latents, static_cast<int64_t>(groups.size()), *w.idx_wk);
+      cpu::rms_norm(k.data(), static_cast<int64_t>(groups.size()), IHD, w.idx_k_norm.data(), eps);
+      for (size_t g = 0; g < groups.size(); ++g) {
+        rope.apply(k.data() + static_cast<int64_t>(g) * IHD + (IHD - rd), groups[g] * ratio);
+        cpu::fp4_quant_ue8m0(
+            std::span<T>(k.data() + static_cast<int64_t>(g) * IHD, static_cast<size_t>(IHD)), 32);
+      }
+      bs.index_keys.insert(bs.index_keys.end(), k.begin(), k.end());
+      st.last_index_publisher = i;
+    }
+    if (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex) {
+      if (compress_len == 0) {
+        shared.topk.assign(static_cast<size_t>(rows), {});
+      } else {
+        shared.topk = indexer(i, st, start, rows, x, qr, shared);
+      }
+    }
+    // Compressed KV: RoPE at the group's first position, FP4 with E4M3 scales per 16.
+    if (!groups.empty()) {
+      for (size_t g = 0; g < groups.size(); ++g) {
+        T* l = latents.data() + static_cast<int64_t>(g) * hd;
+        rope.apply(l + (hd - rd), groups[g] * ratio);
+        cpu::fp4_quant_e4m3(std::span<T>(l, static_cast<size_t>(hd)), 16);
+      }
+      bs.comp_kv.insert(bs.comp_kv.end(), latents.begin(), latents.end());
+    }
+    const BlockState<T>& src = st.blocks[static_cast<size_t>(p.kv_source)];
+    DI_CHECK(static_cast<int64_t>(src.comp_kv.size()) >= compress_len * hd,
+             "layer {}: kv source {} holds fewer than {} entries", i, p.kv_source, compress_len);
+    entries.insert(entries.end(), src.comp_kv.begin(), src.comp_kv.begin() + compress_len * hd);
+    DI_CHECK(shared.topk.size() == static_cast<size_t>(rows), "layer {}: no top-k from source", i);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int32_t t : shared.topk[static_cast<size_t>(r)]) {
+        if (t >= 0) idx[static_cast<size_t>(r)].push_back(static_cast<int32_t>(t + offset));
+      }
+    }
+  }
+  // Sparse attention over the listed entries.
+  size_t topk = 0;
+  for (const auto& v : idx)
+    topk = std::max(topk, v.size());
+  std::vector<int32_t> flat(static_cast<size_t>(rows) * topk, -1);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(idx[static_cast<size_t>(r)].begin(), idx[static_cast<size_t>(r)].end(),
+              flat.begin() + r * static_cast<int64_t>(topk));
+  }
+  Vec o(static_cast<size_t>(rows * H * hd));
+  const int64_t n_entries = static_cast<int64_t>(entries.size()) / hd;
+  cpu::sparse_attention(q.data(), rows, H, hd, entries.data(), n_entries, w.attn_sink.data(),
+                        flat.data(), static_cast<int64_t>(topk),
+                        static_cast<T>(std::pow(static_cast<double>(hd), -0.5)), o.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t hh = 0; hh < H; ++hh)
+      rope.apply(o.data() + (r * H + hh) * hd + (hd - rd), start + r, true);
+  }
+  // Grouped low-rank output: group g projects its heads with wo_a rows [g*o_lora, (g+1)*o_lora).
+  const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank, gw = H * hd / G;
+  Vec z(static_cast<size_t>(rows * G * R));
+  for (int64_t g = 0; g < G; ++g) {
+    Vec og(static_cast<size_t>(rows * gw));
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(o.begin() + r * H * hd + g * gw, gw, og.begin() + r * gw);
+    }
+    const Vec zg = linear(og, rows, w.wo_a.slice_rows(g * R, (g + 1) * R));
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(zg.begin() + r * R, R, z.begin() + (r * G + g) * R);
+  }
+  return linear_q(z, rows, w.wo_b);
+}
+
+#define DI_INSTANTIATE(T)                                                                      \
+  template void Model<T>::compress(int64_t, SequenceStateT<T>&, int64_t, const Vec&, Vec&,     \
+                                   std::vector<int64_t>&);                                     \
+  template std::vector<std::vector<int32_t>> Model<T>::indexer(                                \
+      int64_t, SequenceStateT<T>&, int64_t, int64_t, const Vec&, const Vec&, Shared&);         \
+  template Model<T>::Vec Model<T>::attention(int64_t, SequenceStateT<T>&, int64_t, const Vec&, \
+                                             Shared&);
+DI_INSTANTIATE(float)
+DI_INSTANTIATE(double)
+#undef DI_INSTANTIATE
+
+}  // namespace di::v41

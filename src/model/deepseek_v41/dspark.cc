@@ -1,0 +1,190 @@
+// DSpark drafting of the V4.1 CPU reference (delta spec §4.2, reference `forward_spec`).
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/check.h"
+#include "kernels/cpu/mhc.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/sparse_attn.h"
+#include "model/deepseek_v41/model.h"
+
+namespace di::v41 {
+
+namespace {
+constexpr int kActBlock = 32;
+}  // namespace
+
+template <typename T>
+typename Model<T>::Vec Model<T>::main_x_of(const std::vector<double>& main_hidden_row) const {
+  const BlockWeights<T>& s0 = w_.blocks[static_cast<size_t>(cfg_.num_layers)];
+  DI_CHECK(static_cast<int64_t>(main_hidden_row.size()) == s0.main_proj->cols,
+           "dspark: main_hidden row has {} values, main_proj expects {}", main_hidden_row.size(),
+           s0.main_proj->cols);
+  const Vec mh(main_hidden_row.begin(), main_hidden_row.end());
+  Vec x = linear_q(mh, 1, *s0.main_proj);
+  cpu::rms_norm(x.data(), 1, cfg_.hidden_size, s0.main_norm.data(), cfg_.rms_norm_eps);
+  return x;
+}
+
+template <typename T>
+void Model<T>::dspark_prefill(SequenceState& state,
+                              const std::vector<std::vector<double>>& main_hidden_rows) {
+  auto& st = dynamic_cast<SequenceStateT<T>&>(state);
+  DI_CHECK(cfg_.num_nextn_predict_layers > 0, "model has no DSpark stages");
+  const int64_t hd = cfg_.head_dim, rd = cfg_.rope_head_dim, win = cfg_.sliding_window;
+  for (const auto& row : main_hidden_rows) {
+    const Vec main_x = main_x_of(row);
+    const int64_t pos = st.draft_tokens++;
+    for (int64_t s = 0; s < cfg_.num_nextn_predict_layers; ++s) {
+      const int64_t b = cfg_.num_layers + s;
+      const BlockWeights<T>& w = w_.blocks[static_cast<size_t>(b)];
+      Vec kv = linear_q(main_x, 1, w.wkv);
+      cpu::rms_norm(kv.data(), 1, hd, w.kv_norm.data(), cfg_.rms_norm_eps);
+      rope_for(b).apply(kv.data() + (hd - rd), pos);
+      cpu::act_quant_e4m3(std::span<T>(kv), kActBlock);
+      std::copy(kv.begin(), kv.end(),
+                st.blocks[static_cast<size_t>(b)].ring.begin() + (pos % win) * hd);
+    }
+  }
+}
+
+template <typename T>
+typename Model<T>::Vec Model<T>::dspark_attention(int64_t i, SequenceStateT<T>& st, int64_t p,
+                                                  const Vec& x, const Vec& main_x) {
+  const BlockWeights<T>& w = w_.blocks[static_cast<size_t>(i)];
+  BlockState<T>& bs = st.blocks[static_cast<size_t>(i)];
+  const int64_t D = cfg_.hidden_size, H = cfg_.num_heads, hd = cfg_.head_dim;
+  const int64_t rd = cfg_.rope_head_dim, win = cfg_.sliding_window;
+  const int64_t rows = static_cast<int64_t>(x.size()) / D;
+  const double eps = cfg_.rms_norm_eps;
+  const cpu::RopeTable<T>& rope = rope_for(i);
+  // main_kv(p) enters the ring: only accepted context is stored, never the draft rows.
+  Vec main_kv = linear_q(main_x, 1, w.wkv);
+  cpu::rms_norm(main_kv.data(), 1, hd, w.kv_norm.data(), eps);
+  rope.apply(main_kv.data() + (hd - rd), p);
+  cpu::act_quant_e4m3(std::span<T>(main_kv), kActBlock);
+  // The draft rows sit at positions p+1 .. p+rows.
+  Vec qr = linear_q(x, rows, w.wq_a);
+  cpu::rms_norm(qr.data(), rows, cfg_.q_lora_rank, w.q_norm.data(), eps);
+  Vec q = linear_q(qr, rows, w.wq_b);
+  Vec kv = linear_q(x, rows, w.wkv);
+  cpu::rms_norm(kv.data(), rows, hd, w.kv_norm.data(), eps);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t hh = 0; hh < H; ++hh)
+      rope.apply(q.data() + (r * H + hh) * hd + (hd - rd), p + 1 + r);
+    rope.apply(kv.data() + r * hd + (hd - rd), p + 1 + r);
+    cpu::act_quant_e4m3(std::span<T>(kv.data() + r * hd, static_cast<size_t>(hd)), kActBlock);
+  }
+  std::copy(main_kv.begin(), main_kv.end(), bs.ring.begin() + (p % win) * hd);
+  Vec entries(bs.ring);
+  entries.insert(entries.end(), kv.begin(), kv.end());
+  // Every draft row sees the filled ring slots and all draft rows (bidirectional block).
+  std::vector<int32_t> one;
+  for (int64_t t = 0; t < std::min(win, p + 1); ++t)
+    one.push_back(static_cast<int32_t>(t));
+  for (int64_t r = 0; r < rows; ++r)
+    one.push_back(static_cast<int32_t>(win + r));
+  std::vector<int32_t> idx;
+  for (int64_t r = 0; r < rows; ++r)
+    idx.insert(idx.end(), one.begin(), one.end());
+  Vec o(static_cast<size_t>(rows * H * hd));
+  cpu::sparse_attention(q.data(), rows, H, hd, entries.data(),
+                        static_cast<int64_t>(entries.size()) / hd, w.attn_sink.data(), idx.data(),
+                        static_cast<int64_t>(one.size()),
+                        static_cast<T>(std::pow(static_cast<double>(hd), -0.5)), o.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t hh = 0; hh < H; ++hh)
+      rope.apply(o.data() + (r * H + hh) * hd + (hd - rd), p + 1 + r, true);
+  }
+  const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank, gw = H * hd / G;
+  Vec z(static_cast<size_t>(rows * G * R));
+  for (int64_t g = 0; g < G; ++g) {
+    Vec og(static_cast<size_t>(rows * gw));
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(o.begin() + r * H * hd + g * gw, gw, og.begin() + r * gw);
+    const Vec zg = linear(og, rows, w.wo_a.slice_rows(g * R, (g + 1) * R));
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(zg.begin() + r * R, R, z.begin() + (r * G + g) * R);
+  }
+  return linear_q(z, rows, w.wo_b);
+}
+
+template <typename T>
+DraftResult Model<T>::dspark_step(SequenceState& state, int64_t input_id,
+                                  const std::vector<double>& main_hidden_row) {
+  auto& st = dynamic_cast<SequenceStateT<T>&>(state);
+  DI_CHECK(cfg_.num_nextn_predict_layers > 0, "model has no DSpark stages");
+  DI_CHECK(input_id >= 0 && input_id < cfg_.vocab_size, "dspark: input id {} outside vocabulary",
+           input_id);
+  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
+  const int64_t bsz = cfg_.dspark_block_size;
+  const int64_t p = st.draft_tokens++;  // position of the backbone token just consumed
+  const Vec main_x = main_x_of(main_hidden_row);
+  // Block ids [input, noise x (bsz - 1)], embedded with the backbone embedding, 4 copies.
+  Vec h(static_cast<size_t>(bsz * hc * D));
+  Vec row(static_cast<size_t>(D));
+  for (int64_t r = 0; r < bsz; ++r) {
+    const int64_t id = r == 0 ? input_id : cfg_.dspark_noise_token_id;
+    cpu::decode_rows(w_.embed, id, id + 1, row.data());
+    for (int64_t c = 0; c < hc; ++c)
+      std::copy(row.begin(), row.end(), h.begin() + (r * hc + c) * D);
+  }
+  Vec pre_mix(static_cast<size_t>(bsz * hc), T(0));
+  for (int64_t r = 0; r < bsz; ++r)
+    pre_mix[static_cast<size_t>(r * hc)] = T(1);
+  Shared unused;
+  for (int64_t s = 0; s < cfg_.num_nextn_predict_layers; ++s) {
+    block_forward(cfg_.num_layers + s, st, p, h, pre_mix, unused, &main_x);
+  }
+  // Head of the last stage: collapse, stage norm, shared LM head, then the Markov loop.
+  const BlockWeights<T>& last = w_.blocks.back();
+  Vec x(static_cast<size_t>(bsz * D));
+  for (int64_t r = 0; r < bsz; ++r) {
+    cpu::hc_collapse(h.data() + r * hc * D, hc, D, pre_mix.data() + r * hc, x.data() + r * D);
+  }
+  // The confidence head reads the collapsed stream before the stage norm.
+  Vec xn = x;
+  cpu::rms_norm(xn.data(), bsz, D, last.final_norm.data(), cfg_.rms_norm_eps);
+  Vec logits = head_logits(xn, bsz);
+  const int64_t rank = cfg_.dspark_markov_rank;
+  DraftResult res;
+  res.draft_ids.resize(static_cast<size_t>(bsz));
+  res.logits.resize(static_cast<size_t>(bsz));
+  res.confidence.resize(static_cast<size_t>(bsz));
+  int64_t prev = input_id;
+  Vec m(static_cast<size_t>(rank));
+  for (int64_t r = 0; r < bsz; ++r) {
+    cpu::decode_rows(*last.markov_embed, prev, prev + 1, m.data());
+    const Vec bias = linear(m, 1, *last.markov_head);
+    T* lr = logits.data() + r * V;
+    for (int64_t v = 0; v < V; ++v)
+      lr[v] += bias[static_cast<size_t>(v)];
+    int64_t best = 0;
+    for (int64_t v = 1; v < V; ++v) {
+      if (lr[v] > lr[best]) best = v;
+    }
+    res.draft_ids[static_cast<size_t>(r)] = best;
+    res.logits[static_cast<size_t>(r)].assign(lr, lr + V);
+    // Confidence: proj([x_r ; m_r]), a raw logit.
+    Vec cat(x.begin() + r * D, x.begin() + (r + 1) * D);
+    cat.insert(cat.end(), m.begin(), m.end());
+    res.confidence[static_cast<size_t>(r)] =
+        static_cast<double>(linear(cat, 1, *last.confidence_proj)[0]);
+    prev = best;
+  }
+  return res;
+}
+
+#define DI_INSTANTIATE(T)                                                                          \
+  template Model<T>::Vec Model<T>::main_x_of(const std::vector<double>&) const;                    \
+  template void Model<T>::dspark_prefill(SequenceState&, const std::vector<std::vector<double>>&); \
+  template Model<T>::Vec Model<T>::dspark_attention(int64_t, SequenceStateT<T>&, int64_t,          \
+                                                    const Vec&, const Vec&);                       \
+  template DraftResult Model<T>::dspark_step(SequenceState&, int64_t, const std::vector<double>&);
+DI_INSTANTIATE(float)
+DI_INSTANTIATE(double)
+#undef DI_INSTANTIATE
+
+}  // namespace di::v41

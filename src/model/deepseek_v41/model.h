@@ -1,0 +1,87 @@
+#pragma once
+
+// The DeepSeek-V4.1 forward pass on the CPU reference backend, faithful to the official
+// `inference/model.py` (revision dba1be0a): CSA2 attention with shared KV/top-k, Engram,
+// single-pass mHC, MoE, DSpark drafting. T = float (fp32) or double (fp64 validation).
+//
+// Generalisations over the reference (which supports one prefill chunk at position 0, then
+// one-token decode): any chunk length at any position; window entries come from the ring for
+// positions before the chunk; compressor tails carry partial groups; index visibility is
+// floor((pos + 1) / ratio) per query row. With the `intended` index-key behaviour any split of a
+// sequence into chunks gives the same per-position arithmetic.
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "config/model_config.h"
+#include "engram/hash_params.h"
+#include "engram/token_map.h"
+#include "kernels/cpu/rope.h"
+#include "loader/checkpoint.h"
+#include "model/deepseek_v41/state.h"
+#include "model/deepseek_v41/weights.h"
+#include "model/forward_api.h"
+
+namespace di::v41 {
+
+template <typename T>
+class Model final : public ForwardModel {
+ public:
+  Model(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, ForwardOptions opts,
+        std::optional<CompressedTokenMap> token_map);
+
+  std::unique_ptr<SequenceState> new_sequence() const override;
+  ForwardResult forward(std::span<const SequenceChunk> chunks) override;
+  void dspark_prefill(SequenceState& state,
+                      const std::vector<std::vector<double>>& main_hidden_rows) override;
+  DraftResult dspark_step(SequenceState& state, int64_t input_id,
+                          const std::vector<double>& main_hidden_row) override;
+  int64_t vocab_size() const override { return cfg_.vocab_size; }
+
+ private:
+  using Vec = std::vector<T>;
+  // Per-forward values handed from sources to consumers (the reference's shared runtime).
+  struct Shared {
+    std::vector<std::vector<int32_t>> topk;        // per query row: compressed positions or -1
+    std::vector<std::vector<uint8_t>> candidates;  // per query row: pool mask over positions
+  };
+
+  // One sequence chunk through the backbone: last-row logits and the DSpark taps.
+  void forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids,
+                     std::vector<double>& logits, std::vector<std::vector<double>>& taps);
+  // Block i on stream h [S, hc, D]; pre_mix [S, hc] in/out.
+  void block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Vec& h, Vec& pre_mix,
+                     Shared& shared, const Vec* draft_main_x);
+  // Attention sublayer of backbone block i: x [S, D] -> [S, D].
+  Vec attention(int64_t i, SequenceStateT<T>& st, int64_t start, const Vec& x, Shared& shared);
+  // DSpark attention of draft block i: block rows x [bs, D] at positions p+1.., main_x [1, D].
+  Vec dspark_attention(int64_t i, SequenceStateT<T>& st, int64_t p, const Vec& x,
+                       const Vec& main_x);
+  // Indexer of index source i: compressed positions per query row (-1 masked).
+  std::vector<std::vector<int32_t>> indexer(int64_t i, SequenceStateT<T>& st, int64_t start,
+                                            int64_t rows, const Vec& x, const Vec& qr,
+                                            Shared& shared);
+  // Compressor of kv source i: appends completed latents (pre-RoPE) with their group index.
+  void compress(int64_t i, SequenceStateT<T>& st, int64_t start, const Vec& x, Vec& latents,
+                std::vector<int64_t>& groups);
+  Vec moe(int64_t i, const Vec& x);
+  Vec expert(const ExpertWeights& w, const Vec& x, const T* weight);
+  void engram(int64_t i, const std::vector<int64_t>& hashes, int64_t slot, Vec& h);
+  Vec main_x_of(const std::vector<double>& main_hidden_row) const;
+  Vec linear_q(const Vec& x, int64_t rows, const WeightRef& w) const;  // act_quant + GEMM
+  Vec linear(const Vec& x, int64_t rows, const WeightRef& w) const;    // plain GEMM
+  Vec head_logits(const Vec& x, int64_t rows) const;
+  const cpu::RopeTable<T>& rope_for(int64_t block) const;
+
+  std::shared_ptr<const Checkpoint> ckpt_;
+  ModelConfig cfg_;
+  ForwardOptions opts_;
+  ModelWeights<T> w_;
+  std::optional<CompressedTokenMap> token_map_;
+  std::optional<EngramHashParams> engram_params_;
+  cpu::RopeTable<T> rope_plain_;       // ratio-0 blocks: rope_theta, no YaRN
+  cpu::RopeTable<T> rope_compressed_;  // ratio > 0 blocks: compress_rope_theta + YaRN
+};
+
+}  // namespace di::v41

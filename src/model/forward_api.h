@@ -1,0 +1,74 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace di {
+
+// Numeric precision of the CPU reference backend (issue #3): kFp32 is the normal one; kFp64 is a
+// validation precision where every activation/accumulation is double while the quantisation
+// sites and their binary32 scale formulas stay as the reference defines them.
+enum class Precision { kFp32, kFp64 };
+
+// Which index keys a ratio-2 key owner scores against on decode steps that emit no latent
+// (delta spec §5.2): its own keys (intended, default) or whatever the shared slot last held
+// (the shipped reference's behaviour).
+enum class IndexKeyQuirk { kIntended, kShipped };
+
+struct ForwardOptions {
+  Precision precision = Precision::kFp32;
+  IndexKeyQuirk quirk = IndexKeyQuirk::kIntended;
+};
+
+// Opaque per-sequence state (rings, compressor tails, compressed KV and index keys per owner,
+// Engram history, DSpark rings). Created by the model, owned by the caller.
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+  virtual int64_t num_tokens() const = 0;  // positions consumed by the backbone so far
+};
+
+// One sequence's chunk in a batched forward: the tokens continue that sequence at position
+// state->num_tokens().
+struct SequenceChunk {
+  SequenceState* state = nullptr;
+  std::span<const int64_t> token_ids;
+};
+
+struct ForwardResult {
+  // Per chunk: fp64-valued logits of the LAST position of the chunk, [vocab] (float32 runs
+  // store float values widened to double).
+  std::vector<std::vector<double>> logits;
+  // Per chunk: the DSpark taps of every position of the chunk, [tokens][n_taps * hidden]
+  // (empty when the model has no DSpark stages).
+  std::vector<std::vector<std::vector<double>>> main_hidden;
+};
+
+struct DraftResult {
+  std::vector<int64_t> draft_ids;           // [block_size]: drafts for positions p+2..
+  std::vector<std::vector<double>> logits;  // [block_size][vocab], Markov bias included
+  std::vector<double> confidence;           // [block_size] raw logits (no sigmoid)
+};
+
+// The forward pass of a loaded model on some backend.
+class ForwardModel {
+ public:
+  virtual ~ForwardModel() = default;
+  virtual std::unique_ptr<SequenceState> new_sequence() const = 0;
+  // Runs the backbone over every chunk (a prefill chunk of any length, or one decode token).
+  virtual ForwardResult forward(std::span<const SequenceChunk> chunks) = 0;
+  // DSpark: seed every stage's ring with main_kv of the given positions (rows of main_hidden
+  // produced by the backbone for positions [first_pos, first_pos + rows)).
+  virtual void dspark_prefill(SequenceState& state,
+                              const std::vector<std::vector<double>>& main_hidden_rows) = 0;
+  // DSpark: one drafting step after the backbone consumed position p (= num_tokens() - 1):
+  // `input_id` is the token sampled for p+1, `main_hidden_row` the taps at p.
+  virtual DraftResult dspark_step(SequenceState& state, int64_t input_id,
+                                  const std::vector<double>& main_hidden_row) = 0;
+  virtual int64_t vocab_size() const = 0;
+};
+
+}  // namespace di

@@ -1,0 +1,224 @@
+// The DeepSeek-V4.1 CPU reference forward against the golden fixtures (fp64: strict), plus the
+// structural invariances: chunked prefill == one prefill == prefill + decode, and batch
+// composition never changes a sequence's logits (bitwise).
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "loader/safetensors.h"
+#include "model/deepseek_v41/cpu_model.h"
+
+namespace di {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kFixture = fs::path(DI_SHARED_DIR) / "fixtures" / "v41-tiny-a";
+
+std::vector<int64_t> ids_of(const SafetensorsFile& f, const std::string& key) {
+  auto v = f.view(key).as<int64_t>();
+  return {v.begin(), v.end()};
+}
+
+// max |a - b| / std(b)
+double rel_err(const std::vector<double>& a, std::span<const double> b) {
+  double mean = 0;
+  for (double v : b)
+    mean += v;
+  mean /= static_cast<double>(b.size());
+  double var = 0, mx = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    var += (b[i] - mean) * (b[i] - mean);
+    mx = std::max(mx, std::fabs(a[i] - b[i]));
+  }
+  return mx / std::sqrt(var / static_cast<double>(b.size()));
+}
+
+size_t argmax(std::span<const double> v) {
+  return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+class V41Fixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kFixture / "cases.safetensors")) GTEST_SKIP() << "fixture absent";
+    cases_ = std::make_unique<SafetensorsFile>((kFixture / "cases.safetensors").string());
+  }
+  std::unique_ptr<SafetensorsFile> cases_;
+};
+
+TEST_F(V41Fixture, PrefillCasesMatchFp64) {
+  ForwardOptions opts;
+  opts.precision = Precision::kFp64;
+  auto model = load_cpu_forward_model(kFixture, opts);
+  for (const char* name :
+       {"prefill.L1", "prefill.L2", "prefill.L5", "prefill.L17", "prefill.L40"}) {
+    const auto ids = ids_of(*cases_, std::string(name) + ".input_ids");
+    auto st = model->new_sequence();
+    SequenceChunk chunk{st.get(), ids};
+    ForwardResult r = model->forward({&chunk, 1});
+    auto expected = cases_->view(std::string(name) + ".fp64.logits").as<double>();
+    const double rel = rel_err(r.logits[0], expected);
+    EXPECT_LE(rel, 1e-9) << name;
+    std::vector<double> got = r.logits[0];
+    EXPECT_EQ(argmax(got), argmax(expected)) << name;
+    std::printf("%s: rel %.3g\n", name, rel);
+  }
+}
+
+}  // namespace
+}  // namespace di
+
+namespace di {
+namespace {
+
+struct DecodeRun {
+  std::vector<std::vector<double>> step_logits;
+  std::vector<std::vector<int64_t>> drafts;
+  std::vector<std::vector<double>> confidence;
+  std::vector<int64_t> dspark_inputs;
+};
+
+// The `decode` protocol: prefill of the prompt, then teacher-forced steps; DSpark after each.
+DecodeRun run_decode(ForwardModel& model, const std::vector<int64_t>& prompt,
+                     const std::vector<int64_t>& steps, bool dspark) {
+  DecodeRun out;
+  auto st = model.new_sequence();
+  SequenceChunk pre{st.get(), prompt};
+  ForwardResult r = model.forward({&pre, 1});
+  if (dspark) model.dspark_prefill(*st, r.main_hidden[0]);
+  for (int64_t id : steps) {
+    SequenceChunk c{st.get(), std::span<const int64_t>(&id, 1)};
+    ForwardResult s = model.forward({&c, 1});
+    out.step_logits.push_back(s.logits[0]);
+    if (dspark) {
+      const auto& l = s.logits[0];
+      const int64_t am = std::max_element(l.begin(), l.end()) - l.begin();
+      out.dspark_inputs.push_back(am);
+      DraftResult d = model.dspark_step(*st, am, s.main_hidden[0][0]);
+      out.drafts.push_back(d.draft_ids);
+      out.confidence.push_back(d.confidence);
+    }
+  }
+  return out;
+}
+
+class V41Decode : public V41Fixture, public ::testing::WithParamInterface<IndexKeyQuirk> {};
+
+TEST_P(V41Decode, TeacherForcedDecodeWithDSparkMatchesFp64) {
+  ForwardOptions opts;
+  opts.precision = Precision::kFp64;
+  opts.quirk = GetParam();
+  const std::string beh = GetParam() == IndexKeyQuirk::kShipped ? "shipped" : "intended";
+  auto model = load_cpu_forward_model(kFixture, opts);
+  const auto prompt = ids_of(*cases_, "decode.prompt_ids");
+  const auto steps = ids_of(*cases_, "decode.step_ids");
+  DecodeRun run = run_decode(*model, prompt, steps, true);
+  auto logits = cases_->view("decode.fp64.logits_" + beh).as<double>();
+  auto drafts = cases_->view("decode.fp64.dspark_draft_ids_" + beh).as<int64_t>();
+  auto conf = cases_->view("decode.fp64.dspark_confidence_" + beh).as<double>();
+  auto dsin = cases_->view("decode.fp64.dspark_input_ids_" + beh).as<int64_t>();
+  const size_t V = static_cast<size_t>(model->vocab_size());
+  double worst = 0;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const double rel = rel_err(run.step_logits[k], logits.subspan(k * V, V));
+    worst = std::max(worst, rel);
+    EXPECT_LE(rel, 1e-9) << beh << " step " << k;
+    EXPECT_EQ(run.dspark_inputs[k], dsin[k]) << "step " << k;
+    for (size_t j = 0; j < run.drafts[k].size(); ++j) {
+      EXPECT_EQ(run.drafts[k][j], drafts[k * 5 + j]) << "step " << k << " draft " << j;
+      EXPECT_NEAR(run.confidence[k][j], conf[k * 5 + j], 1e-9) << "step " << k << " conf " << j;
+    }
+  }
+  std::printf("decode %s: worst rel %.3g over %zu steps\n", beh.c_str(), worst, steps.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Quirks, V41Decode,
+                         ::testing::Values(IndexKeyQuirk::kIntended, IndexKeyQuirk::kShipped));
+
+}  // namespace
+}  // namespace di
+
+namespace di {
+namespace {
+
+// Logits of the last position after feeding `ids` in chunks of the given sizes.
+std::vector<double> run_chunks(ForwardModel& m, const std::vector<int64_t>& ids,
+                               const std::vector<size_t>& sizes) {
+  auto st = m.new_sequence();
+  size_t pos = 0;
+  std::vector<double> last;
+  for (size_t n : sizes) {
+    SequenceChunk c{st.get(), std::span<const int64_t>(ids.data() + pos, n)};
+    last = m.forward({&c, 1}).logits[0];
+    pos += n;
+  }
+  EXPECT_EQ(pos, ids.size());
+  return last;
+}
+
+class V41Invariance : public V41Fixture, public ::testing::WithParamInterface<Precision> {};
+
+TEST_P(V41Invariance, ChunkedPrefillEqualsOnePrefillEqualsDecodeBitwise) {
+  ForwardOptions opts;
+  opts.precision = GetParam();
+  auto model = load_cpu_forward_model(kFixture, opts);
+  // decode_equiv.L33: 33 tokens, longer than the window (8), the top-k (8) and the pool (12).
+  const auto ids = ids_of(*cases_, "decode_equiv.L33.input_ids");
+  ASSERT_EQ(ids.size(), 33u);
+  const auto one = run_chunks(*model, ids, {33});
+  const auto uneven = run_chunks(*model, ids, {5, 17, 11});
+  std::vector<size_t> decode(20, 1);
+  decode.insert(decode.begin(), 13);
+  const auto prefill_decode = run_chunks(*model, ids, decode);
+  EXPECT_EQ(one, uneven);
+  EXPECT_EQ(one, prefill_decode);
+  if (GetParam() == Precision::kFp64) {
+    auto expected = cases_->view("decode_equiv.L33.fp64.logits").as<double>();
+    EXPECT_LE(rel_err(one, expected), 1e-9);
+  }
+}
+
+TEST_P(V41Invariance, BatchCompositionNeverChangesASequence) {
+  ForwardOptions opts;
+  opts.precision = GetParam();
+  auto model = load_cpu_forward_model(kFixture, opts);
+  const auto a = ids_of(*cases_, "prefill.L17.input_ids");
+  const auto b = ids_of(*cases_, "prefill.L40.input_ids");
+  const auto c = ids_of(*cases_, "prefill.L5.input_ids");
+  // Alone.
+  const auto alone = run_chunks(*model, a, {a.size()});
+  // In a batch with two longer/shorter sequences, in another order, then one decode step each.
+  auto sa = model->new_sequence(), sb = model->new_sequence(), sc = model->new_sequence();
+  std::vector<SequenceChunk> batch = {{sb.get(), b}, {sa.get(), a}, {sc.get(), c}};
+  ForwardResult r = model->forward(batch);
+  EXPECT_EQ(r.logits[1], alone);
+  const int64_t next[3] = {7, 11, 13};
+  std::vector<SequenceChunk> step = {
+      {sc.get(), {&next[0], 1}}, {sa.get(), {&next[1], 1}}, {sb.get(), {&next[2], 1}}};
+  ForwardResult s = model->forward(step);
+  std::vector<int64_t> a_next = a;
+  a_next.push_back(11);
+  EXPECT_EQ(s.logits[1], run_chunks(*model, a_next, {a.size(), 1}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, V41Invariance,
+                         ::testing::Values(Precision::kFp32, Precision::kFp64));
+
+TEST_F(V41Fixture, Fp32PrefillIsCloseToFp64) {
+  ForwardOptions opts;
+  opts.precision = Precision::kFp32;
+  auto model = load_cpu_forward_model(kFixture, opts);
+  for (const char* name : {"prefill.L1", "prefill.L2", "prefill.L5"}) {
+    const auto ids = ids_of(*cases_, std::string(name) + ".input_ids");
+    const auto got = run_chunks(*model, ids, {ids.size()});
+    auto expected = cases_->view(std::string(name) + ".fp64.logits").as<double>();
+    // fp32 and fp64 agree to ~1e-6 before any rounding decision flips (fixture README §6.4).
+    EXPECT_LE(rel_err(got, expected), 1e-4) << name;
+  }
+}
+
+}  // namespace
+}  // namespace di
