@@ -278,3 +278,46 @@ TEST_F(Cli, UsageErrors) {
 
 }  // namespace
 }  // namespace di
+
+namespace di {
+namespace {
+
+// Issue #3 acceptance: every fixture passes replay-fixture in fp64 (strict) and fp32 (first
+// divergence rule), in both index-key behaviours; --dump writes the engine's outputs.
+TEST(ReplayFixtureCli, EveryFixtureEveryPrecisionAndQuirk) {
+  TempDir tmp;
+  const fs::path fixtures = fs::path(DI_SHARED_DIR) / "fixtures";
+  if (!fs::exists(fixtures)) GTEST_SKIP() << "no fixtures at " << fixtures;
+  int n = 0;
+  for (const auto& d : fs::directory_iterator(fixtures)) {
+    if (!fs::exists(d.path() / "cases.json")) continue;
+    for (const char* prec : {"fp64", "fp32"}) {
+      for (const char* quirk : {"intended", "shipped"}) {
+        const fs::path dump = tmp / (std::string(prec) + "-" + quirk + ".safetensors");
+        RunResult r = run_cli("replay-fixture " + d.path().string() + " --precision " + prec +
+                                  " --quirk " + quirk + " --dump " + dump.string(),
+                              tmp);
+        EXPECT_EQ(r.code, 0) << d.path() << " " << prec << " " << quirk << "\n" << r.out << r.err;
+        EXPECT_NE(r.out.find("cases passed"), std::string::npos) << r.out;
+        EXPECT_TRUE(fs::exists(dump)) << dump;
+        EXPECT_GT(fs::file_size(dump), 1000u);
+      }
+    }
+    ++n;
+  }
+  EXPECT_GE(n, 1);
+}
+
+TEST(ReplayFixtureCli, BadFixtureDirectoryIsAClearError) {
+  TempDir tmp;
+  RunResult r = run_cli("replay-fixture " + (tmp / "nope").string(), tmp);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("nope"), std::string::npos) << r.err;
+  write_file(tmp / "fx" / "cases.json", "{\"cases\": [");
+  RunResult bad = run_cli("replay-fixture " + (tmp / "fx").string(), tmp);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("cases.json"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace di

@@ -13,5 +13,6 @@ struct Command {
 
 Command add_inspect(CLI::App& root);
 Command add_synth(CLI::App& root);
+Command add_replay_fixture(CLI::App& root);
 
 }  // namespace di::cli

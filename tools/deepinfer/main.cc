@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   std::vector<di::cli::Command> commands;
   commands.push_back(di::cli::add_inspect(app));
   commands.push_back(di::cli::add_synth(app));
+  commands.push_back(di::cli::add_replay_fixture(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
