@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "common/check.h"
+
 namespace di::cpu {
 
 template <typename T>
@@ -27,6 +29,7 @@ std::vector<int64_t> topk_indices(const T* v, int64_t n, int64_t k) {
 template <typename T>
 void route_token(const T* logits, int64_t experts, const T* bias, int64_t topk, double gate_temp,
                  bool norm_topk_prob, double route_scale, int64_t* ids, T* weights) {
+  DI_CHECK(topk >= 1 && topk <= experts, "route_token: top-{} of {} experts", topk, experts);
   std::vector<T> scores(static_cast<size_t>(experts)), biased(static_cast<size_t>(experts));
   for (int64_t e = 0; e < experts; ++e) {
     scores[static_cast<size_t>(e)] = std::sqrt(softplus(logits[e] / static_cast<T>(gate_temp)));
