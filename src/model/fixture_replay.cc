@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "loader/safetensors_writer.h"
+#include "model/trace.h"
 
 namespace di {
 namespace {

@@ -19,6 +19,7 @@
 namespace di {
 
 struct CaseReport;
+class TraceRecorder;
 
 struct ReplayOptions {
   Precision precision = Precision::kFp64;          // which expected values (and which rule) apply
@@ -115,6 +116,23 @@ ReplayReport replay_fixture(const std::filesystem::path& fixture_dir, ForwardMod
 
 // Writes report.outputs as a safetensors file.
 void write_replay_dump(const std::filesystem::path& path, const ReplayReport& report);
+
+// The forwards of the fixture's layer trace (fixtures TRACE.md §1), run through `model` with
+// `recorder` installed as its tracer and each forward recorded under its run name:
+// `prefill_run` is a one-shot prefill of the prefill case's input ids; "decode.step-1" is the
+// prefill of the decode case's prompt_ids, "decode.step<k>" feeds step_ids[:, k] (teacher
+// forcing), and the DSpark drafter runs after the prefill (ring seeding) and after every step
+// (fed the step's argmax), as in the replay. Batch row 0 only.
+struct TraceRunOptions {
+  std::string prefill_case = "prefill.L17";
+  std::string prefill_run = "prefill_L17";
+  std::string decode_case = "decode";
+  int64_t decode_steps = 6;  // the trace holds steps 0..5
+};
+// Returns the run names in order. The tracer is uninstalled again on return.
+std::vector<std::string> run_trace_forwards(const std::filesystem::path& fixture_dir,
+                                            ForwardModel& model, TraceRecorder& recorder,
+                                            const TraceRunOptions& opts = {});
 
 const char* precision_label(Precision p);      // "fp64" | "fp32"
 const char* behaviour_label(IndexKeyQuirk q);  // "intended" | "shipped"

@@ -8,6 +8,8 @@
 
 namespace di {
 
+class ForwardTracer;
+
 // Numeric precision of the CPU reference backend (issue #3): kFp32 is the normal one; kFp64 is a
 // validation precision where every activation/accumulation is double while the quantisation
 // sites and their binary32 scale formulas stay as the reference defines them.
@@ -69,6 +71,9 @@ class ForwardModel {
   virtual DraftResult dspark_step(SequenceState& state, int64_t input_id,
                                   const std::vector<double>& main_hidden_row) = 0;
   virtual int64_t vocab_size() const = 0;
+  // Installs a tracer that receives every named intermediate of later forward and DSpark calls
+  // (model/trace.h; nullptr: none). Not owned. Backends without tracing ignore it.
+  virtual void set_tracer(ForwardTracer* tracer) { (void)tracer; }
 };
 
 }  // namespace di

@@ -1,16 +1,21 @@
 // deepinfer replay-fixture: runs every case of a golden fixture directory through a backend and
-// compares with the fixture's expected values (fixtures README §4 protocol, §6 rules).
+// compares with the fixture's expected values (fixtures README §4 protocol, §6 rules). With
+// --dump-layers / --compare-trace it also runs the forwards of the fixture's layer trace
+// (TRACE.md) with every named intermediate recorded, writes them, and/or diffs them by name with
+// trace.safetensors, reporting the first departure (the bisection tool).
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "commands.h"
 #include "common/check.h"
 #include "model/deepseek_v41/cpu_model.h"
 #include "model/fixture_cases.h"
 #include "model/fixture_replay.h"
+#include "model/trace.h"
 
 namespace di::cli {
 namespace {
@@ -23,7 +28,92 @@ struct ReplayCliOptions {
   std::string precision = "fp64";
   std::string dump;
   std::vector<std::string> cases;
+  std::string dump_layers;
+  bool compare_trace = false;
+  bool trace_only = false;
+  double trace_threshold = 1e-6;
 };
+
+// "prefill_L17.layer.3.attn.q" -> "layer.*.attn.q"; "decode.step0.final.x" -> "final.x".
+std::string trace_item(const std::string& name, const std::vector<std::string>& runs) {
+  std::string rest = name;
+  for (const std::string& run : runs) {
+    if (name.rfind(run + ".", 0) == 0) rest = name.substr(run.size() + 1);
+  }
+  for (const char* block : {"layer.", "dspark.layer."}) {
+    const std::string b = block;
+    if (rest.rfind(b, 0) != 0) continue;
+    const size_t dot = rest.find('.', b.size());
+    if (dot != std::string::npos) rest = b + "*" + rest.substr(dot);
+  }
+  return rest;
+}
+
+std::string diff_entry_text(const TraceDiffEntry& e) {
+  if (!e.shape_ok) return fmt::format("{}: shape differs", e.name);
+  if (e.is_ids) return fmt::format("{}: {} ids differ", e.name, e.mismatches);
+  return fmt::format("{}: rel {:.3g} (unrounded {:.3g})", e.name, e.rel, e.raw_rel);
+}
+
+// Runs the traced forwards; dumps and/or compares them. Returns false when the trace departs.
+bool run_trace(const ReplayCliOptions& o, ForwardModel& model, Precision precision) {
+  namespace fs = std::filesystem;
+  TraceRecorder rec;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<std::string> runs = run_trace_forwards(o.fixture_dir, model, rec);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("trace: {} runs ({}), {} tensors recorded in {:.2f} s\n", runs.size(),
+             fmt::join(runs, " "), rec.tensors().size(), secs);
+  if (!o.dump_layers.empty()) {
+    rec.write_safetensors(o.dump_layers, precision == Precision::kFp64 ? DType::kF64 : DType::kF32);
+    fmt::print("wrote {} tensors to {}\n", rec.tensors().size(), o.dump_layers);
+  }
+  if (!o.compare_trace) return true;
+  const fs::path ref = fs::path(o.fixture_dir) / "trace.safetensors";
+  DI_CHECK(fs::exists(ref), "{}: no layer trace to compare with", ref.string());
+  std::vector<std::string> prefixes;
+  for (const std::string& r : runs)
+    prefixes.push_back(r + ".");
+  const TraceDiff d = compare_trace(rec, ref, o.trace_threshold, prefixes);
+  int64_t ids = 0;
+  for (const TraceDiffEntry& e : d.entries)
+    ids += e.is_ids;
+  fmt::print(
+      "trace-diff vs {}: {} names compared ({} floats, {} ids); max rel {:.3g} at {} (engine "
+      "rounded to the trace's storage dtype), {:.3g} at {} unrounded\n",
+      ref.string(), d.entries.size(), static_cast<int64_t>(d.entries.size()) - ids, ids, d.max_rel,
+      d.max_rel_at.empty() ? "-" : d.max_rel_at, d.max_raw_rel,
+      d.max_raw_rel_at.empty() ? "-" : d.max_raw_rel_at);
+  // What one side has and the other lacks, by item name (run and layer stripped).
+  auto summarize = [&](const std::vector<std::string>& names, const char* what) {
+    if (names.empty()) return;
+    std::map<std::string, int64_t> items;
+    for (const std::string& n : names)
+      ++items[trace_item(n, runs)];
+    std::vector<std::string> parts;
+    for (const auto& [item, count] : items)
+      parts.push_back(fmt::format("{} x{}", item, count));
+    fmt::print("  {} ({} tensors): {}\n", what, names.size(), fmt::join(parts, ", "));
+  };
+  summarize(d.reference_only, "only in the reference");
+  summarize(d.engine_only, "only in the engine");
+  if (!d.first_failure) {
+    fmt::print("trace-diff: every shared name within rel {:.0e} (ids exact)\n", o.trace_threshold);
+    return true;
+  }
+  fmt::print("trace-diff: FIRST DEPARTURE {} (threshold {:.0e}); {} names depart\n",
+             diff_entry_text(d.entries[*d.first_failure]), o.trace_threshold, d.failures);
+  int64_t shown = 0;
+  for (const TraceDiffEntry& e : d.entries) {
+    if (e.pass) continue;
+    if (++shown > 20) {
+      fmt::print("    ...\n");
+      break;
+    }
+    fmt::print("    {}\n", diff_entry_text(e));
+  }
+  return false;
+}
 
 std::string comparison_text(const CaseComparison& c) {
   std::string s = c.rows > 0 ? fmt::format("{}: rel {:.2e}", c.reference, c.max_rel)
@@ -79,6 +169,10 @@ int run_replay(const ReplayCliOptions& o) {
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
+  bool trace_ok = true;
+  if (!o.dump_layers.empty() || o.compare_trace) trace_ok = run_trace(o, *model, fo.precision);
+  if (o.trace_only) return trace_ok ? 0 : 1;
+
   ReplayOptions ro;
   ro.precision = fo.precision;
   ro.quirk = fo.quirk;
@@ -107,7 +201,7 @@ int run_replay(const ReplayCliOptions& o) {
   }
   fmt::print("summary: {}/{} cases passed ({} {}), {} forwards, {} draft steps, {:.2f} s\n", passed,
              report.cases.size(), report.precision, report.behaviour, forwards, drafts, seconds);
-  return report.pass() ? 0 : 1;
+  return report.pass() && trace_ok ? 0 : 1;
 }
 
 }  // namespace
@@ -131,6 +225,16 @@ Command add_replay_fixture(CLI::App& root) {
   app->add_option("--dump", o->dump,
                   "write the engine's outputs to this safetensors file (fixture key names)");
   app->add_option("--case", o->cases, "run only this case (repeatable)");
+  app->add_option("--dump-layers", o->dump_layers,
+                  "run the layer-trace forwards (TRACE.md) and write every named intermediate "
+                  "to this safetensors file");
+  app->add_flag("--compare-trace", o->compare_trace,
+                "run the layer-trace forwards and diff them by name with FIXTURE_DIR/"
+                "trace.safetensors; prints the first name beyond --trace-threshold");
+  app->add_option("--trace-threshold", o->trace_threshold,
+                  "largest max|diff|/std(ref) for a float intermediate (default 1e-6)");
+  app->add_flag("--trace-only", o->trace_only,
+                "with --dump-layers / --compare-trace: skip the golden cases");
   return {app, [o]() { return run_replay(*o); }};
 }
 

@@ -89,11 +89,13 @@ std::vector<std::vector<int32_t>> Model<T>::indexer(int64_t i, SequenceStateT<T>
     }
     cpu::fp4_quant_ue8m0(std::span<T>(q.data() + r * IH * IHD, static_cast<size_t>(IH * IHD)), 32);
   }
+  trace_block(i, "index.q", q, {rows, IH, IHD});
   Vec weights = linear(x, rows, *w.idx_weights_proj);  // [rows, IH]
   const T wscale = static_cast<T>(std::pow(static_cast<double>(IHD), -0.5) *
                                   std::pow(static_cast<double>(IH), -0.5));
   for (T& v : weights)
     v = v * wscale;
+  trace_block(i, "index.weights", weights, {rows, IH});
 
   // Whose keys: the owner's own (intended) or the last published slot (shipped quirk).
   int64_t key_owner = p.kv_source;
@@ -107,6 +109,9 @@ std::vector<std::vector<int32_t>> Model<T>::indexer(int64_t i, SequenceStateT<T>
 
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(rows));
   Vec score(static_cast<size_t>(visible_total));
+  Vec traced_scores;                       // [rows, visible_total]
+  std::vector<int64_t> traced_topk;        // [rows, min(index_topk, visible_total)]
+  std::vector<int64_t> traced_candidates;  // [rows, visible_total], candidate builders
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t visible = (start + r + 1) / ratio;  // group j visible iff j < (pos+1)/ratio
     for (int64_t t = 0; t < visible_total; ++t) {
@@ -146,6 +151,7 @@ std::vector<std::vector<int32_t>> Model<T>::indexer(int64_t i, SequenceStateT<T>
           mask[static_cast<size_t>(t)] = 1;
         }
       }
+      if (tracing()) traced_candidates.insert(traced_candidates.end(), mask.begin(), mask.end());
       shared.candidates.push_back(std::move(mask));
     } else if (p.candidate_reader) {
       const auto& mask = shared.candidates.at(static_cast<size_t>(r));
@@ -155,6 +161,7 @@ std::vector<std::vector<int32_t>> Model<T>::indexer(int64_t i, SequenceStateT<T>
         }
       }
     }
+    if (tracing()) traced_scores.insert(traced_scores.end(), score.begin(), score.end());
     // Top-k among the reachable positions (lower position wins ties), re-sorted by position.
     const int64_t k = std::min(cfg_.index_topk, visible_total);
     std::vector<int64_t> top = cpu::topk_indices(score.data(), visible_total, k);
@@ -166,8 +173,14 @@ std::vector<std::vector<int32_t>> Model<T>::indexer(int64_t i, SequenceStateT<T>
     std::sort(sel.begin(), sel.end());
     while (static_cast<int64_t>(sel.size()) < k)
       sel.push_back(-1);
+    if (tracing()) traced_topk.insert(traced_topk.end(), sel.begin(), sel.end());
     out[static_cast<size_t>(r)] = std::move(sel);
   }
+  trace_block(i, "index.score", traced_scores, {rows, visible_total});
+  if (p.candidate_builder) {
+    trace_block_ids(i, "index.candidates", traced_candidates, {rows, visible_total});
+  }
+  trace_block_ids(i, "index.topk", traced_topk, {rows, std::min(cfg_.index_topk, visible_total)});
   return out;
 }
 
@@ -186,11 +199,13 @@ typename Model<T>::Vec Model<T>::attention(int64_t i, SequenceStateT<T>& st, int
   // Queries.
   Vec qr = linear_q(x, rows, w.wq_a);
   cpu::rms_norm(qr.data(), rows, cfg_.q_lora_rank, w.q_norm.data(), eps);
+  trace_block(i, "attn.qr", qr, {rows, cfg_.q_lora_rank});
   Vec q = linear_q(qr, rows, w.wq_b);  // [rows, H, hd]
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t hh = 0; hh < H; ++hh)
       rope.apply(q.data() + (r * H + hh) * hd + (hd - rd), start + r);
   }
+  trace_block(i, "attn.q", q, {rows, H, hd});
   // Window K=V: kv_norm, RoPE, FP8 over all head_dim values.
   Vec kv = linear_q(x, rows, w.wkv);
   cpu::rms_norm(kv.data(), rows, hd, w.kv_norm.data(), eps);
@@ -198,6 +213,7 @@ typename Model<T>::Vec Model<T>::attention(int64_t i, SequenceStateT<T>& st, int
     rope.apply(kv.data() + r * hd + (hd - rd), start + r);
     cpu::act_quant_e4m3(std::span<T>(kv.data() + r * hd, static_cast<size_t>(hd)), kActBlock);
   }
+  trace_block(i, "attn.kv", kv, {rows, hd});
   // Entries: [ring (positions before this chunk) ; this chunk's kv ; compressed entries].
   Vec entries(bs.ring);
   entries.insert(entries.end(), kv.begin(), kv.end());
@@ -219,6 +235,8 @@ typename Model<T>::Vec Model<T>::attention(int64_t i, SequenceStateT<T>& st, int
     Vec latents;
     std::vector<int64_t> groups;
     if (p.mode == AttnMode::kFull) compress(i, st, start, x, latents, groups);
+    const auto emitted = static_cast<int64_t>(groups.size());
+    if (emitted > 0) trace_block(i, "compress.latent", latents, {emitted, hd});
     const int64_t compress_len = (start + rows) / ratio;
     // Index keys from the fresh latents (pre-RoPE), published before this layer's indexer.
     if (p.mode == AttnMode::kFull && !groups.empty()) {
@@ -230,6 +248,7 @@ typename Model<T>::Vec Model<T>::attention(int64_t i, SequenceStateT<T>& st, int
         cpu::fp4_quant_ue8m0(
             std::span<T>(k.data() + static_cast<int64_t>(g) * IHD, static_cast<size_t>(IHD)), 32);
       }
+      trace_block(i, "index.k", k, {emitted, IHD});
       bs.index_keys.insert(bs.index_keys.end(), k.begin(), k.end());
       st.last_index_publisher = i;
     }
@@ -247,6 +266,7 @@ typename Model<T>::Vec Model<T>::attention(int64_t i, SequenceStateT<T>& st, int
         rope.apply(l + (hd - rd), groups[g] * ratio);
         cpu::fp4_quant_e4m3(std::span<T>(l, static_cast<size_t>(hd)), 16);
       }
+      trace_block(i, "compress.kv", latents, {emitted, hd});
       bs.comp_kv.insert(bs.comp_kv.end(), latents.begin(), latents.end());
     }
     const BlockState<T>& src = st.blocks[static_cast<size_t>(p.kv_source)];
@@ -278,6 +298,7 @@ typename Model<T>::Vec Model<T>::attention(int64_t i, SequenceStateT<T>& st, int
     for (int64_t hh = 0; hh < H; ++hh)
       rope.apply(o.data() + (r * H + hh) * hd + (hd - rd), start + r, true);
   }
+  trace_block(i, "attn.o", o, {rows, H, hd});
   // Grouped low-rank output: group g projects its heads with wo_a rows [g*o_lora, (g+1)*o_lora).
   const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank, gw = H * hd / G;
   Vec z(static_cast<size_t>(rows * G * R));

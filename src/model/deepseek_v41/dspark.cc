@@ -34,6 +34,9 @@ void Model<T>::dspark_prefill(SequenceState& state,
   auto& st = dynamic_cast<SequenceStateT<T>&>(state);
   DI_CHECK(cfg_.num_nextn_predict_layers > 0, "model has no DSpark stages");
   const int64_t hd = cfg_.head_dim, rd = cfg_.rope_head_dim, win = cfg_.sliding_window;
+  const auto n_rows = static_cast<int64_t>(main_hidden_rows.size());
+  // Traced: the ring entries each stage receives, [rows, head_dim] per stage.
+  std::vector<Vec> traced_kv(tracing() ? static_cast<size_t>(cfg_.num_nextn_predict_layers) : 0);
   for (const auto& row : main_hidden_rows) {
     const Vec main_x = main_x_of(row);
     const int64_t pos = st.draft_tokens++;
@@ -44,9 +47,17 @@ void Model<T>::dspark_prefill(SequenceState& state,
       cpu::rms_norm(kv.data(), 1, hd, w.kv_norm.data(), cfg_.rms_norm_eps);
       rope_for(b).apply(kv.data() + (hd - rd), pos);
       cpu::act_quant_e4m3(std::span<T>(kv), kActBlock);
+      if (tracing()) {
+        traced_kv[static_cast<size_t>(s)].insert(traced_kv[static_cast<size_t>(s)].end(),
+                                                 kv.begin(), kv.end());
+      }
       std::copy(kv.begin(), kv.end(),
                 st.blocks[static_cast<size_t>(b)].ring.begin() + (pos % win) * hd);
     }
+  }
+  for (size_t s = 0; s < traced_kv.size(); ++s) {
+    trace_block(cfg_.num_layers + static_cast<int64_t>(s), "attn.main_kv", traced_kv[s],
+                {n_rows, hd});
   }
 }
 
@@ -65,9 +76,11 @@ typename Model<T>::Vec Model<T>::dspark_attention(int64_t i, SequenceStateT<T>& 
   cpu::rms_norm(main_kv.data(), 1, hd, w.kv_norm.data(), eps);
   rope.apply(main_kv.data() + (hd - rd), p);
   cpu::act_quant_e4m3(std::span<T>(main_kv), kActBlock);
+  trace_block(i, "attn.main_kv", main_kv, {1, hd});
   // The draft rows sit at positions p+1 .. p+rows.
   Vec qr = linear_q(x, rows, w.wq_a);
   cpu::rms_norm(qr.data(), rows, cfg_.q_lora_rank, w.q_norm.data(), eps);
+  trace_block(i, "attn.qr", qr, {rows, cfg_.q_lora_rank});
   Vec q = linear_q(qr, rows, w.wq_b);
   Vec kv = linear_q(x, rows, w.wkv);
   cpu::rms_norm(kv.data(), rows, hd, w.kv_norm.data(), eps);
@@ -77,6 +90,8 @@ typename Model<T>::Vec Model<T>::dspark_attention(int64_t i, SequenceStateT<T>& 
     rope.apply(kv.data() + r * hd + (hd - rd), p + 1 + r);
     cpu::act_quant_e4m3(std::span<T>(kv.data() + r * hd, static_cast<size_t>(hd)), kActBlock);
   }
+  trace_block(i, "attn.q", q, {rows, H, hd});
+  trace_block(i, "attn.kv", kv, {rows, hd});
   std::copy(main_kv.begin(), main_kv.end(), bs.ring.begin() + (p % win) * hd);
   Vec entries(bs.ring);
   entries.insert(entries.end(), kv.begin(), kv.end());
@@ -98,6 +113,7 @@ typename Model<T>::Vec Model<T>::dspark_attention(int64_t i, SequenceStateT<T>& 
     for (int64_t hh = 0; hh < H; ++hh)
       rope.apply(o.data() + (r * H + hh) * hd + (hd - rd), p + 1 + r, true);
   }
+  trace_block(i, "attn.o", o, {rows, H, hd});
   const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank, gw = H * hd / G;
   Vec z(static_cast<size_t>(rows * G * R));
   for (int64_t g = 0; g < G; ++g) {
@@ -122,6 +138,7 @@ DraftResult Model<T>::dspark_step(SequenceState& state, int64_t input_id,
   const int64_t bsz = cfg_.dspark_block_size;
   const int64_t p = st.draft_tokens++;  // position of the backbone token just consumed
   const Vec main_x = main_x_of(main_hidden_row);
+  trace("dspark.main_x", main_x, {1, D});
   // Block ids [input, noise x (bsz - 1)], embedded with the backbone embedding, 4 copies.
   Vec h(static_cast<size_t>(bsz * hc * D));
   Vec row(static_cast<size_t>(D));
@@ -144,6 +161,7 @@ DraftResult Model<T>::dspark_step(SequenceState& state, int64_t input_id,
   for (int64_t r = 0; r < bsz; ++r) {
     cpu::hc_collapse(h.data() + r * hc * D, hc, D, pre_mix.data() + r * hc, x.data() + r * D);
   }
+  trace("dspark.x", x, {bsz, D});
   // The confidence head reads the collapsed stream before the stage norm.
   Vec xn = x;
   cpu::rms_norm(xn.data(), bsz, D, last.final_norm.data(), cfg_.rms_norm_eps);
@@ -173,6 +191,11 @@ DraftResult Model<T>::dspark_step(SequenceState& state, int64_t input_id,
     res.confidence[static_cast<size_t>(r)] =
         static_cast<double>(linear(cat, 1, *last.confidence_proj)[0]);
     prev = best;
+  }
+  trace("dspark.logits", logits, {bsz, V});
+  if (tracing()) {
+    tracer_->record_ids("dspark.draft_ids", res.draft_ids, {bsz});
+    tracer_->record("dspark.confidence", res.confidence, {bsz});
   }
   return res;
 }

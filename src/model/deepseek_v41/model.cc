@@ -1,7 +1,10 @@
 #include "model/deepseek_v41/model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "common/check.h"
 #include "kernels/cpu/mhc.h"
@@ -55,6 +58,23 @@ Model<T>::Model(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Forward
 template <typename T>
 const cpu::RopeTable<T>& Model<T>::rope_for(int64_t block) const {
   return cfg_.compress_ratios[static_cast<size_t>(block)] > 0 ? rope_compressed_ : rope_plain_;
+}
+
+template <typename T>
+std::string Model<T>::block_name(int64_t block, std::string_view name) const {
+  return block < cfg_.num_layers ? fmt::format("layer.{}.{}", block, name)
+                                 : fmt::format("dspark.layer.{}.{}", block - cfg_.num_layers, name);
+}
+
+template <typename T>
+void Model<T>::emit(const std::string& name, std::span<const T> values,
+                    std::initializer_list<int64_t> shape) const {
+  if constexpr (std::is_same_v<T, double>) {
+    tracer_->record(name, values, shape);
+  } else {
+    const std::vector<double> wide(values.begin(), values.end());
+    tracer_->record(name, wide, shape);
+  }
 }
 
 template <typename T>
@@ -141,6 +161,17 @@ typename Model<T>::Vec Model<T>::moe(int64_t i, const Vec& x) {
                      cfg_.norm_topk_prob, cfg_.routed_scaling_factor, ids.data() + r * K,
                      weights.data() + r * K);
   }
+  if (tracing()) {
+    // The selection scores route_token ranks, recomputed the same way.
+    Vec scores(logits.size());
+    for (size_t k = 0; k < scores.size(); ++k) {
+      scores[k] = std::sqrt(cpu::softplus(logits[k] / static_cast<T>(cfg_.gate_temp))) +
+                  w.gate_bias[k % static_cast<size_t>(E)];
+    }
+    trace_block(i, "ffn.router.scores", scores, {rows, E});
+    trace_block_ids(i, "ffn.router.ids", ids, {rows, K});
+    trace_block(i, "ffn.router.weights", weights, {rows, K});
+  }
   // Experts in ascending id, each over all of its tokens at once (rows are independent, so
   // this is the per-token arithmetic); every token accumulates its experts in ascending id,
   // then the shared expert, as the reference does.
@@ -165,6 +196,8 @@ typename Model<T>::Vec Model<T>::moe(int64_t i, const Vec& x) {
     }
   }
   const Vec shared = expert(w.shared, x, nullptr);
+  trace_block(i, "ffn.routed", y, {rows, D});
+  trace_block(i, "ffn.shared", shared, {rows, D});
   for (size_t k = 0; k < y.size(); ++k)
     y[k] += shared[k];
   return y;
@@ -188,6 +221,18 @@ void Model<T>::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t slo
     }
   }
   const Vec kv = linear_q(e, rows, *w.engram_wkv);  // [rows, (hc + 1) * D]
+  Vec gates;                                        // [rows, hc], traced
+  if (tracing()) {
+    std::vector<int64_t> ids(static_cast<size_t>(rows * cols));
+    Vec value(static_cast<size_t>(rows * D));
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(hashes.begin() + (r * layers + slot) * cols, cols, ids.begin() + r * cols);
+      std::copy_n(kv.begin() + (r * (hc + 1) + hc) * D, D, value.begin() + r * D);
+    }
+    trace_block_ids(i, "engram.hash_ids", ids, {rows, cols});
+    trace_block(i, "engram.value", value, {rows, D});
+    gates.reserve(static_cast<size_t>(rows * hc));
+  }
   const T eps = static_cast<T>(cfg_.rms_norm_eps);
   const T inv_sqrt_d = T(1) / std::sqrt(static_cast<T>(D));
   for (int64_t r = 0; r < rows; ++r) {
@@ -209,10 +254,12 @@ void Model<T>::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t slo
       dot = dot * rstd * inv_sqrt_d;
       const T mag = std::sqrt(std::max(std::fabs(dot), static_cast<T>(1e-6)));
       const T gate = T(1) / (T(1) + std::exp(-std::copysign(mag, dot)));
+      if (tracing()) gates.push_back(gate);
       for (int64_t d = 0; d < D; ++d)
         hc_row[d] = hc_row[d] + gate * value[d];
     }
   }
+  trace_block(i, "engram.gate", gates, {rows, hc});
 }
 
 template <typename T>
@@ -222,6 +269,7 @@ void Model<T>::block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Ve
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
   const int64_t rows = static_cast<int64_t>(h.size()) / (hc * D);
   const double eps = cfg_.rms_norm_eps;
+  trace_block(i, "in", h, {rows, hc, D});
   Vec attn_pre(static_cast<size_t>(rows * hc)), post(static_cast<size_t>(rows * hc));
   Vec comb(static_cast<size_t>(rows * hc * hc));
   Vec x(static_cast<size_t>(rows * D));
@@ -232,14 +280,20 @@ void Model<T>::block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Ve
                   post.data() + r * hc, comb.data() + r * hc * hc);
     cpu::hc_collapse(hr, hc, D, pre_mix.data() + r * hc, x.data() + r * D);
   }
+  trace_block(i, "attn_mix.pre", attn_pre, {rows, hc});
+  trace_block(i, "attn_mix.post", post, {rows, hc});
+  trace_block(i, "attn_mix.comb", comb, {rows, hc, hc});
   cpu::rms_norm(x.data(), rows, D, w.attn_norm.data(), eps);
+  trace_block(i, "attn.x", x, {rows, D});
   const Vec a = draft_main_x != nullptr ? dspark_attention(i, st, start, x, *draft_main_x)
                                         : attention(i, st, start, x, shared);
+  trace_block(i, "attn.out", a, {rows, D});
   Vec h1(h.size());
   for (int64_t r = 0; r < rows; ++r) {
     cpu::hc_expand(a.data() + r * D, h.data() + r * hc * D, hc, D, post.data() + r * hc,
                    comb.data() + r * hc * hc, h1.data() + r * hc * D);
   }
+  trace_block(i, "mid", h1, {rows, hc, D});
   Vec ffn_pre(static_cast<size_t>(rows * hc));
   for (int64_t r = 0; r < rows; ++r) {
     const T* hr = h1.data() + r * hc * D;
@@ -249,12 +303,18 @@ void Model<T>::block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Ve
     // The FFN input collapses with the attention site's pre-mix (one-sublayer lag, §5.3).
     cpu::hc_collapse(hr, hc, D, attn_pre.data() + r * hc, x.data() + r * D);
   }
+  trace_block(i, "ffn_mix.pre", ffn_pre, {rows, hc});
+  trace_block(i, "ffn_mix.post", post, {rows, hc});
+  trace_block(i, "ffn_mix.comb", comb, {rows, hc, hc});
   cpu::rms_norm(x.data(), rows, D, w.ffn_norm.data(), eps);
+  trace_block(i, "ffn.x", x, {rows, D});
   const Vec f = moe(i, x);
+  trace_block(i, "ffn.out", f, {rows, D});
   for (int64_t r = 0; r < rows; ++r) {
     cpu::hc_expand(f.data() + r * D, h1.data() + r * hc * D, hc, D, post.data() + r * hc,
                    comb.data() + r * hc * hc, h.data() + r * hc * D);
   }
+  trace_block(i, "out", h, {rows, hc, D});
   pre_mix = std::move(ffn_pre);
 }
 
@@ -268,6 +328,10 @@ void Model<T>::forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids
   for (int64_t id : ids) {
     DI_CHECK(id >= 0 && id < cfg_.vocab_size, "token id {} outside the vocabulary of {}", id,
              cfg_.vocab_size);
+  }
+  if (tracing()) {
+    tracer_->record_ids("input_ids", ids, {S});
+    tracer_->record_ids("start_pos", std::span<const int64_t>(&start, 1), {1});
   }
   std::vector<int64_t> hashes;
   if (engram_params_) hashes = engram_hash_chunk(*engram_params_, *token_map_, ids, {}, st.engram);
@@ -286,7 +350,16 @@ void Model<T>::forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids
   Shared shared;
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     const LayerPlan& p = w_.blocks[static_cast<size_t>(i)].plan;
-    if (p.engram_slot >= 0) engram(i, hashes, p.engram_slot, h);
+    if (p.engram_slot >= 0) {
+      const Vec before = tracing() ? h : Vec();
+      engram(i, hashes, p.engram_slot, h);
+      if (tracing()) {
+        Vec delta(h.size());
+        for (size_t k = 0; k < h.size(); ++k)
+          delta[k] = h[k] - before[k];
+        trace_block(i, "engram.delta", delta, {S, hc, D});
+      }
+    }
     if (std::find(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(), i) !=
         cfg_.dspark_target_layer_ids.end()) {
       for (int64_t r = 0; r < S; ++r) {
@@ -301,11 +374,27 @@ void Model<T>::forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids
     block_forward(i, st, start, h, pre_mix, shared, nullptr);
   }
   st.tokens += S;
+  if (tracing() && !taps.front().empty()) {
+    std::vector<double> flat;
+    for (const auto& t : taps)
+      flat.insert(flat.end(), t.begin(), t.end());
+    tracer_->record("dspark.main_hidden", flat, {S, static_cast<int64_t>(taps.front().size())});
+  }
+  if (tracing()) {
+    // final.x of every row (the head below reads only the last, computed the same way).
+    Vec xs(static_cast<size_t>(S * D));
+    for (int64_t r = 0; r < S; ++r) {
+      cpu::hc_collapse(h.data() + r * hc * D, hc, D, pre_mix.data() + r * hc, xs.data() + r * D);
+    }
+    cpu::rms_norm(xs.data(), S, D, w_.norm.data(), cfg_.rms_norm_eps);
+    trace("final.x", xs, {S, D});
+  }
   // Final collapse with the last block's FFN pre-mix, norm, head on the last row.
   Vec x(static_cast<size_t>(D));
   cpu::hc_collapse(h.data() + (S - 1) * hc * D, hc, D, pre_mix.data() + (S - 1) * hc, x.data());
   cpu::rms_norm(x.data(), 1, D, w_.norm.data(), cfg_.rms_norm_eps);
   const Vec l = head_logits(x, 1);
+  trace("final.logits", l, {1, cfg_.vocab_size});
   logits.assign(l.begin(), l.end());
 }
 
@@ -318,6 +407,7 @@ ForwardResult Model<T>::forward(std::span<const SequenceChunk> chunks) {
   for (size_t c = 0; c < chunks.size(); ++c) {
     auto* st = dynamic_cast<SequenceStateT<T>*>(chunks[c].state);
     DI_CHECK(st != nullptr, "forward: sequence state of another model or precision");
+    if (tracing()) tracer_->begin_chunk(c, chunks.size());
     forward_chunk(*st, chunks[c].token_ids, res.logits[c], res.main_hidden[c]);
   }
   return res;

@@ -10,8 +10,12 @@
 // floor((pos + 1) / ratio) per query row. With the `intended` index-key behaviour any split of a
 // sequence into chunks gives the same per-position arithmetic.
 
+#include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/model_config.h"
@@ -22,6 +26,7 @@
 #include "model/deepseek_v41/state.h"
 #include "model/deepseek_v41/weights.h"
 #include "model/forward_api.h"
+#include "model/trace.h"
 
 namespace di::v41 {
 
@@ -38,6 +43,7 @@ class Model final : public ForwardModel {
   DraftResult dspark_step(SequenceState& state, int64_t input_id,
                           const std::vector<double>& main_hidden_row) override;
   int64_t vocab_size() const override { return cfg_.vocab_size; }
+  void set_tracer(ForwardTracer* tracer) override { tracer_ = tracer; }
 
  private:
   using Vec = std::vector<T>;
@@ -74,6 +80,27 @@ class Model final : public ForwardModel {
   Vec head_logits(const Vec& x, int64_t rows) const;
   const cpu::RopeTable<T>& rope_for(int64_t block) const;
 
+  // Tracing (house rule 6, names of fixtures TRACE.md): each call is a null-pointer test unless
+  // a tracer is installed; values are copies, so tracing never changes the arithmetic. Block
+  // names are "layer.<i>.<name>" for backbone blocks and "dspark.layer.<s>.<name>" for draft
+  // stages; forward-level names are used as given.
+  bool tracing() const { return tracer_ != nullptr; }
+  void trace(std::string_view name, std::span<const T> values,
+             std::initializer_list<int64_t> shape) const {
+    if (tracer_ != nullptr) emit(std::string(name), values, shape);
+  }
+  void trace_block(int64_t block, std::string_view name, std::span<const T> values,
+                   std::initializer_list<int64_t> shape) const {
+    if (tracer_ != nullptr) emit(block_name(block, name), values, shape);
+  }
+  void trace_block_ids(int64_t block, std::string_view name, std::span<const int64_t> values,
+                       std::initializer_list<int64_t> shape) const {
+    if (tracer_ != nullptr) tracer_->record_ids(block_name(block, name), values, shape);
+  }
+  std::string block_name(int64_t block, std::string_view name) const;
+  void emit(const std::string& name, std::span<const T> values,
+            std::initializer_list<int64_t> shape) const;
+
   std::shared_ptr<const Checkpoint> ckpt_;
   ModelConfig cfg_;
   ForwardOptions opts_;
@@ -82,6 +109,7 @@ class Model final : public ForwardModel {
   std::optional<EngramHashParams> engram_params_;
   cpu::RopeTable<T> rope_plain_;       // ratio-0 blocks: rope_theta, no YaRN
   cpu::RopeTable<T> rope_compressed_;  // ratio > 0 blocks: compress_rope_theta + YaRN
+  ForwardTracer* tracer_ = nullptr;    // not owned; nullptr: no tracing
 };
 
 }  // namespace di::v41
