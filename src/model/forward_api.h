@@ -38,6 +38,10 @@ class SequenceState {
 struct SequenceChunk {
   SequenceState* state = nullptr;
   std::span<const int64_t> token_ids;
+  // [tokens] non-zero for positions inside an image span (the VL routing bias `bias_vl` is used
+  // and the Engram gate is shut; the position is DEAD for n-gram hashing). Empty = all text.
+  // Image features themselves come from the vision tower (not part of this API yet).
+  std::span<const uint8_t> image_mask = {};
 };
 
 struct ForwardResult {

@@ -9,6 +9,7 @@
 
 #include "loader/safetensors.h"
 #include "model/deepseek_v41/cpu_model.h"
+#include "model/trace.h"
 
 namespace di {
 namespace {
@@ -218,6 +219,82 @@ TEST_F(V41Fixture, Fp32PrefillIsCloseToFp64) {
     // fp32 and fp64 agree to ~1e-6 before any rounding decision flips (fixture README §6.4).
     EXPECT_LE(rel_err(got, expected), 1e-4) << name;
   }
+}
+
+}  // namespace
+}  // namespace di
+
+namespace di {
+namespace {
+
+// Image-span positions (token_types >= 0 in the reference): the VL routing bias selects their
+// experts, the Engram gate is shut for them, and they are DEAD for n-gram hashing.
+TEST_F(V41Fixture, ImageSpanPositionsUseVlBiasAndSkipEngram) {
+  ForwardOptions opts;
+  opts.precision = Precision::kFp64;
+  auto model = load_cpu_forward_model(kFixture, opts);
+  const auto ids = ids_of(*cases_, "prefill.L17.input_ids");
+  std::vector<uint8_t> mask(ids.size(), 0);
+  for (size_t i = 3; i < 8; ++i)
+    mask[i] = 1;
+
+  TraceRecorder rec;
+  model->set_tracer(&rec);
+  auto st = model->new_sequence();
+  SequenceChunk chunk{st.get(), ids, mask};
+  const ForwardResult with_mask = model->forward({&chunk, 1});
+  model->set_tracer(nullptr);
+
+  // Engram layers: gate exactly 0 on the span, non-zero elsewhere.
+  int engram_layers = 0;
+  for (const auto& t : rec.tensors()) {
+    if (t.name.find("engram.gate") == std::string::npos) continue;
+    ++engram_layers;
+    const int64_t hc = t.shape[1];
+    for (size_t r = 0; r < ids.size(); ++r) {
+      for (int64_t c = 0; c < hc; ++c) {
+        const double g = t.values[r * static_cast<size_t>(hc) + static_cast<size_t>(c)];
+        if (mask[r]) {
+          EXPECT_EQ(g, 0.0) << t.name << " row " << r;
+        } else {
+          EXPECT_GT(g, 0.0) << t.name << " row " << r;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(engram_layers, 2);
+  // The selection scores of image rows carry bias_vl: they differ from the text run's scores
+  // on the span only (text rows before the span see identical inputs).
+  TraceRecorder text_rec;
+  model->set_tracer(&text_rec);
+  auto st2 = model->new_sequence();
+  SequenceChunk text{st2.get(), ids};
+  const ForwardResult without = model->forward({&text, 1});
+  model->set_tracer(nullptr);
+  const TraceTensor* a = rec.find("layer.0.ffn.router.scores");
+  const TraceTensor* b = text_rec.find("layer.0.ffn.router.scores");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const size_t E = static_cast<size_t>(a->shape[1]);
+  for (size_t r = 0; r < 3; ++r) {
+    for (size_t e = 0; e < E; ++e)
+      EXPECT_EQ(a->values[r * E + e], b->values[r * E + e]);
+  }
+  bool span_differs = false;
+  for (size_t e = 0; e < E; ++e)
+    span_differs |= a->values[4 * E + e] != b->values[4 * E + e];
+  EXPECT_TRUE(span_differs);
+  EXPECT_NE(with_mask.logits[0], without.logits[0]);
+
+  // Chunking with a mask is still invariant.
+  auto st3 = model->new_sequence();
+  std::vector<double> last;
+  for (auto [b0, n] : {std::pair<size_t, size_t>{0, 5}, {5, 9}, {14, 3}}) {
+    SequenceChunk c{st3.get(), std::span<const int64_t>(ids).subspan(b0, n),
+                    std::span<const uint8_t>(mask).subspan(b0, n)};
+    last = model->forward({&c, 1}).logits[0];
+  }
+  EXPECT_EQ(last, with_mask.logits[0]);
 }
 
 }  // namespace

@@ -148,7 +148,7 @@ typename Model<T>::Vec Model<T>::expert(const ExpertWeights& w, const Vec& x, co
 }
 
 template <typename T>
-typename Model<T>::Vec Model<T>::moe(int64_t i, const Vec& x) {
+typename Model<T>::Vec Model<T>::moe(int64_t i, const Vec& x, std::span<const uint8_t> image_mask) {
   const BlockWeights<T>& w = w_.blocks[static_cast<size_t>(i)];
   const int64_t D = cfg_.hidden_size;
   const int64_t rows = static_cast<int64_t>(x.size()) / D;
@@ -157,16 +157,21 @@ typename Model<T>::Vec Model<T>::moe(int64_t i, const Vec& x) {
   std::vector<int64_t> ids(static_cast<size_t>(rows * K));
   Vec weights(static_cast<size_t>(rows * K));
   for (int64_t r = 0; r < rows; ++r) {
-    cpu::route_token(logits.data() + r * E, E, w.gate_bias.data(), K, cfg_.gate_temp,
-                     cfg_.norm_topk_prob, cfg_.routed_scaling_factor, ids.data() + r * K,
-                     weights.data() + r * K);
+    // Image-span tokens select with the VL bias (reference Gate, `noaux_tc_for_vl`).
+    const bool image = !image_mask.empty() && image_mask[static_cast<size_t>(r)] != 0;
+    const T* bias = image ? w.gate_bias_vl.data() : w.gate_bias.data();
+    cpu::route_token(logits.data() + r * E, E, bias, K, cfg_.gate_temp, cfg_.norm_topk_prob,
+                     cfg_.routed_scaling_factor, ids.data() + r * K, weights.data() + r * K);
   }
   if (tracing()) {
     // The selection scores route_token ranks, recomputed the same way.
     Vec scores(logits.size());
     for (size_t k = 0; k < scores.size(); ++k) {
+      const size_t r = k / static_cast<size_t>(E);
+      const bool image = !image_mask.empty() && image_mask[r] != 0;
+      const auto& bias = image ? w.gate_bias_vl : w.gate_bias;
       scores[k] = std::sqrt(cpu::softplus(logits[k] / static_cast<T>(cfg_.gate_temp))) +
-                  w.gate_bias[k % static_cast<size_t>(E)];
+                  bias[k % static_cast<size_t>(E)];
     }
     trace_block(i, "ffn.router.scores", scores, {rows, E});
     trace_block_ids(i, "ffn.router.ids", ids, {rows, K});
@@ -204,7 +209,8 @@ typename Model<T>::Vec Model<T>::moe(int64_t i, const Vec& x) {
 }
 
 template <typename T>
-void Model<T>::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t slot, Vec& h) {
+void Model<T>::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t slot, Vec& h,
+                      std::span<const uint8_t> image_mask) {
   const BlockWeights<T>& w = w_.blocks[static_cast<size_t>(i)];
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
   const int64_t cols = cfg_.engram_hash_columns(), hd = cfg_.engram_head_dim;
@@ -253,7 +259,9 @@ void Model<T>::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t slo
                      (T(1) / std::sqrt(kss / static_cast<T>(D) + eps));
       dot = dot * rstd * inv_sqrt_d;
       const T mag = std::sqrt(std::max(std::fabs(dot), static_cast<T>(1e-6)));
-      const T gate = T(1) / (T(1) + std::exp(-std::copysign(mag, dot)));
+      // Image-span positions take no Engram contribution (the reference masks the gate).
+      const bool image = !image_mask.empty() && image_mask[static_cast<size_t>(r)] != 0;
+      const T gate = image ? T(0) : T(1) / (T(1) + std::exp(-std::copysign(mag, dot)));
       if (tracing()) gates.push_back(gate);
       for (int64_t d = 0; d < D; ++d)
         hc_row[d] = hc_row[d] + gate * value[d];
@@ -308,7 +316,7 @@ void Model<T>::block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Ve
   trace_block(i, "ffn_mix.comb", comb, {rows, hc, hc});
   cpu::rms_norm(x.data(), rows, D, w.ffn_norm.data(), eps);
   trace_block(i, "ffn.x", x, {rows, D});
-  const Vec f = moe(i, x);
+  const Vec f = moe(i, x, shared.image_mask);
   trace_block(i, "ffn.out", f, {rows, D});
   for (int64_t r = 0; r < rows; ++r) {
     cpu::hc_expand(f.data() + r * D, h1.data() + r * hc * D, hc, D, post.data() + r * hc,
@@ -320,7 +328,8 @@ void Model<T>::block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Ve
 
 template <typename T>
 void Model<T>::forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids,
-                             std::vector<double>& logits, std::vector<std::vector<double>>& taps) {
+                             std::span<const uint8_t> image_mask, std::vector<double>& logits,
+                             std::vector<std::vector<double>>& taps) {
   const int64_t S = static_cast<int64_t>(ids.size());
   DI_CHECK(S > 0, "forward: empty chunk");
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
@@ -334,7 +343,11 @@ void Model<T>::forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids
     tracer_->record_ids("start_pos", std::span<const int64_t>(&start, 1), {1});
   }
   std::vector<int64_t> hashes;
-  if (engram_params_) hashes = engram_hash_chunk(*engram_params_, *token_map_, ids, {}, st.engram);
+  DI_CHECK(image_mask.empty() || image_mask.size() == ids.size(),
+           "forward: image mask has {} entries for {} tokens", image_mask.size(), ids.size());
+  if (engram_params_) {
+    hashes = engram_hash_chunk(*engram_params_, *token_map_, ids, image_mask, st.engram);
+  }
   Vec h(static_cast<size_t>(S * hc * D));
   Vec row(static_cast<size_t>(D));
   for (int64_t r = 0; r < S; ++r) {
@@ -348,11 +361,12 @@ void Model<T>::forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids
     pre_mix[static_cast<size_t>(r * hc)] = T(1);
   taps.assign(static_cast<size_t>(S), {});
   Shared shared;
+  shared.image_mask = image_mask;
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     const LayerPlan& p = w_.blocks[static_cast<size_t>(i)].plan;
     if (p.engram_slot >= 0) {
       const Vec before = tracing() ? h : Vec();
-      engram(i, hashes, p.engram_slot, h);
+      engram(i, hashes, p.engram_slot, h, image_mask);
       if (tracing()) {
         Vec delta(h.size());
         for (size_t k = 0; k < h.size(); ++k)
@@ -408,7 +422,8 @@ ForwardResult Model<T>::forward(std::span<const SequenceChunk> chunks) {
     auto* st = dynamic_cast<SequenceStateT<T>*>(chunks[c].state);
     DI_CHECK(st != nullptr, "forward: sequence state of another model or precision");
     if (tracing()) tracer_->begin_chunk(c, chunks.size());
-    forward_chunk(*st, chunks[c].token_ids, res.logits[c], res.main_hidden[c]);
+    forward_chunk(*st, chunks[c].token_ids, chunks[c].image_mask, res.logits[c],
+                  res.main_hidden[c]);
   }
   return res;
 }

@@ -51,11 +51,13 @@ class Model final : public ForwardModel {
   struct Shared {
     std::vector<std::vector<int32_t>> topk;        // per query row: compressed positions or -1
     std::vector<std::vector<uint8_t>> candidates;  // per query row: pool mask over positions
+    std::span<const uint8_t> image_mask;           // [rows] image-span rows; empty = text
   };
 
   // One sequence chunk through the backbone: last-row logits and the DSpark taps.
   void forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids,
-                     std::vector<double>& logits, std::vector<std::vector<double>>& taps);
+                     std::span<const uint8_t> image_mask, std::vector<double>& logits,
+                     std::vector<std::vector<double>>& taps);
   // Block i on stream h [S, hc, D]; pre_mix [S, hc] in/out.
   void block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Vec& h, Vec& pre_mix,
                      Shared& shared, const Vec* draft_main_x);
@@ -71,9 +73,10 @@ class Model final : public ForwardModel {
   // Compressor of kv source i: appends completed latents (pre-RoPE) with their group index.
   void compress(int64_t i, SequenceStateT<T>& st, int64_t start, const Vec& x, Vec& latents,
                 std::vector<int64_t>& groups);
-  Vec moe(int64_t i, const Vec& x);
+  Vec moe(int64_t i, const Vec& x, std::span<const uint8_t> image_mask);
   Vec expert(const ExpertWeights& w, const Vec& x, const T* weight);
-  void engram(int64_t i, const std::vector<int64_t>& hashes, int64_t slot, Vec& h);
+  void engram(int64_t i, const std::vector<int64_t>& hashes, int64_t slot, Vec& h,
+              std::span<const uint8_t> image_mask);
   Vec main_x_of(const std::vector<double>& main_hidden_row) const;
   Vec linear_q(const Vec& x, int64_t rows, const WeightRef& w) const;  // act_quant + GEMM
   Vec linear(const Vec& x, int64_t rows, const WeightRef& w) const;    // plain GEMM
