@@ -32,7 +32,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 echo "== [3/4] fuzz: libFuzzer targets, ${FUZZ_SECONDS}s each"
 cmake --preset fuzz -DDI_FUZZ_SECONDS="${FUZZ_SECONDS}" >/dev/null
-cmake --build --preset fuzz -j "${JOBS}" --target safetensors_fuzz
+cmake --build --preset fuzz -j "${JOBS}" --target safetensors_fuzz tokenizer_fuzz
 ctest --test-dir build/fuzz --output-on-failure -L fuzz || status=1
 
 echo "== [4/4] clang-format"
