@@ -1,7 +1,7 @@
 #pragma once
 
 // The golden-fixture index (cases.json) and its tensors (cases.safetensors), typed. Format:
-// /work/shared/fixtures/README.md §3.5 (cases), §4 (case kinds), §6.4 (margin tables).
+// ../shared/fixtures/README.md §3.5 (cases), §4 (case kinds), §6.4 (margin tables).
 // Everything is driven from cases.json: case names, lengths and keys are never assumed.
 
 #include <cstdint>

@@ -13,6 +13,7 @@ Output format (all integers unsigned LEB128 varints):
     expected text (len + UTF-8 bytes)
 """
 import random
+import pathlib
 import sys
 
 from tokenizers import Tokenizer
@@ -207,7 +208,7 @@ def put_ids(out, ids):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data/tokenizer-deepseek-v3/tokenizer.json"
+    path = sys.argv[1] if len(sys.argv) > 1 else str(pathlib.Path(__file__).resolve().parents[3] / "shared/data/tokenizer-deepseek-v3/tokenizer.json")
     out_path = sys.argv[2] if len(sys.argv) > 2 else "tests/data/tokenizer/golden_v3.bin"
     tok = Tokenizer.from_file(path)
     texts = corpus()

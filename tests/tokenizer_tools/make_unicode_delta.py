@@ -7,11 +7,12 @@ probed through the DeepSeek pre-tokenizer itself, so the table is exactly what H
 Usage: python3 tests/tokenizer_tools/make_unicode_delta.py [tokenizer.json]
 """
 import sys
+import pathlib
 import unicodedata
 
 from tokenizers import Tokenizer
 
-path = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data/tokenizer-deepseek-v3/tokenizer.json"
+path = sys.argv[1] if len(sys.argv) > 1 else str(pathlib.Path(__file__).resolve().parents[3] / "shared/data/tokenizer-deepseek-v3/tokenizer.json")
 assert unicodedata.unidata_version == "14.0.0", unicodedata.unidata_version
 pre = Tokenizer.from_file(path).pre_tokenizer
 
