@@ -1,6 +1,8 @@
 #include "tokenizer/bpe.h"
 
-#include <queue>
+#include <algorithm>
+#include <unordered_map>
+#include <vector>
 
 #include "common/check.h"
 
@@ -18,7 +20,9 @@ struct Candidate {
   int32_t rank;
   int32_t left;  // symbol index of the pair's left side
   int32_t merged_id;
-  // std::priority_queue pops the greatest: lowest rank first, then leftmost.
+  int32_t left_id;  // the pair's ids when it was pushed (fast validity check)
+  int32_t right_id;
+  // The max-heap pops the greatest: lowest rank first, then leftmost.
   bool operator<(const Candidate& o) const {
     return rank != o.rank ? rank > o.rank : left > o.left;
   }
@@ -35,7 +39,13 @@ BpeModel::BpeModel(const std::vector<std::string>& vocab,
   for (size_t id = 0; id < vocab.size(); ++id) {
     if (!vocab[id].empty()) id_of.emplace(vocab[id], static_cast<int32_t>(id));
   }
-  merges_.reserve(merges.size());
+  size_t capacity = 16;
+  shift_ = 60;
+  while (capacity < 2 * merges.size() + 1) {
+    capacity *= 2;
+    --shift_;
+  }
+  slots_.assign(capacity, Slot{kEmpty, Merge{0, 0}});
   std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
@@ -46,13 +56,25 @@ BpeModel::BpeModel(const std::vector<std::string>& vocab,
     DI_CHECK(l != id_of.end() && r != id_of.end() && m != id_of.end(),
              "BPE merge {} '{} {}' names a token missing from the vocab", rank, left, right);
     // A repeated pair keeps its first (lowest) rank.
-    merges_.emplace(pair_key(l->second, r->second), Merge{static_cast<int32_t>(rank), m->second});
+    const uint64_t key = pair_key(l->second, r->second);
+    for (size_t i = slot_of(key);; i = (i + 1) & (capacity - 1)) {
+      if (slots_[i].key == key) break;
+      if (slots_[i].key == kEmpty) {
+        slots_[i] = Slot{key, Merge{static_cast<int32_t>(rank), m->second}};
+        break;
+      }
+    }
   }
 }
 
 const BpeModel::Merge* BpeModel::find_merge(int32_t left, int32_t right) const {
-  auto it = merges_.find(pair_key(left, right));
-  return it == merges_.end() ? nullptr : &it->second;
+  const uint64_t key = pair_key(left, right);
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = slot_of(key);; i = (i + 1) & mask) {
+    const Slot& slot = slots_[i];
+    if (slot.key == key) return &slot.merge;
+    if (slot.key == kEmpty) return nullptr;
+  }
 }
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
@@ -61,33 +83,39 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     return;
   }
   const auto n = static_cast<int32_t>(word.size());
-  std::vector<Symbol> symbols(word.size());
+  // Per-thread scratch: encode is called once per pre-tokenized piece, so allocation would
+  // dominate short words. Thread-local keeps concurrent encodes independent.
+  thread_local std::vector<Symbol> symbols;
+  thread_local std::vector<Candidate> heap;
+  symbols.resize(word.size());
+  heap.clear();
   for (int32_t i = 0; i < n; ++i) {
     symbols[i] = {byte_token_ids_[static_cast<uint8_t>(word[i])], i - 1, i + 1 < n ? i + 1 : -1,
                   true};
   }
-  std::vector<Candidate> heap_storage;
-  heap_storage.reserve(word.size());
-  std::priority_queue<Candidate> queue(std::less<Candidate>(), std::move(heap_storage));
   auto push_pair = [&](int32_t left) {
     const int32_t right = symbols[left].next;
     if (right < 0) return;
     if (const Merge* m = find_merge(symbols[left].id, symbols[right].id)) {
-      queue.push({m->rank, left, m->merged_id});
+      heap.push_back({m->rank, left, m->merged_id, symbols[left].id, symbols[right].id});
+      std::push_heap(heap.begin(), heap.end());
     }
   };
   for (int32_t i = 0; i + 1 < n; ++i)
     push_pair(i);
-  while (!queue.empty()) {
-    const Candidate c = queue.top();
-    queue.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end());
+    const Candidate c = heap.back();
+    heap.pop_back();
     Symbol& left = symbols[c.left];
     // Stale entries: the left symbol was absorbed, or the pair now there merges into something
     // else. (Like HF, a pair that changed but merges into the same token is still taken.)
     if (!left.live || left.next < 0) continue;
     Symbol& right = symbols[left.next];
-    const Merge* current = find_merge(left.id, right.id);
-    if (current == nullptr || current->merged_id != c.merged_id) continue;
+    if (left.id != c.left_id || right.id != c.right_id) {
+      const Merge* current = find_merge(left.id, right.id);
+      if (current == nullptr || current->merged_id != c.merged_id) continue;
+    }
     left.id = c.merged_id;
     right.live = false;
     left.next = right.next;

@@ -23,10 +23,11 @@ constexpr std::string_view kWhiteSpaceRanges =
     "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
     "\\x{205F}\\x{3000}";
 
-// A small PCRE2 JIT stack per call: the default 32 KiB machine-stack area is enough for these
+// A small PCRE2 JIT stack per thread: the default 32 KiB machine-stack area is enough for these
 // patterns on short pieces, but a single multi-megabyte piece needs more room.
 constexpr size_t kJitStackStart = 32 * 1024;
 constexpr size_t kJitStackMax = 8 * 1024 * 1024;
+constexpr uint32_t kOvectorPairs = 16;
 
 }  // namespace
 
@@ -35,8 +36,10 @@ struct MatchState {
   pcre2_match_context* context = nullptr;
   pcre2_jit_stack* jit_stack = nullptr;
 
-  explicit MatchState(const pcre2_code* code) {
-    data = pcre2_match_data_create_from_pattern(code, nullptr);
+  MatchState() {
+    // Room for the whole match plus captures; only the whole match (pair 0) is read, and rc == 0
+    // (more captures than pairs) still sets it.
+    data = pcre2_match_data_create(kOvectorPairs, nullptr);
     context = pcre2_match_context_create(nullptr);
     jit_stack = pcre2_jit_stack_create(kJitStackStart, kJitStackMax, nullptr);
     DI_CHECK(data != nullptr && context != nullptr && jit_stack != nullptr,
@@ -131,7 +134,9 @@ RegexSplit& RegexSplit::operator=(RegexSplit&&) noexcept = default;
 
 void RegexSplit::split(std::string_view text, const std::vector<size_t>& piece_ends,
                        std::vector<size_t>& out) const {
-  MatchState state(compiled_->code);
+  // One match state per thread, shared by all patterns: creating it (the JIT stack is an mmap)
+  // per call cost more than matching short texts. Thread-local keeps concurrent encodes apart.
+  thread_local MatchState state;
   size_t begin = 0;
   for (size_t end : piece_ends) {
     split_piece(text, begin, end, state, out);
@@ -149,7 +154,7 @@ void RegexSplit::split_piece(std::string_view text, size_t begin, size_t end, Ma
     const int rc = pcre2_match(compiled_->code, subject, length, offset, PCRE2_NO_UTF_CHECK,
                                state.data, state.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    DI_CHECK(rc > 0, "PCRE2 match failed with code {}", rc);
+    DI_CHECK(rc >= 0, "PCRE2 match failed with code {}", rc);
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
     size_t match_begin = ovector[0];
     size_t match_end = ovector[1];

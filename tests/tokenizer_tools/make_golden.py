@@ -2,7 +2,11 @@
 """Builds the tokenizer parity corpus deterministically and writes the Hugging Face `tokenizers`
 expectations that tests/unit/tokenizer/corpus_test.cc compares against.
 
-Usage: python3 tests/tokenizer_tools/make_golden.py [tokenizer.json] [out.bin]
+Usage: python3 tests/tokenizer_tools/make_golden.py [tokenizer.json] [out.bin] [N]
+  golden_v3.bin:  defaults (the V3 tokenizer in ../shared/data, 20,000 strings)
+  golden_v41.bin: data/tokenizer/deepseek-v41/tokenizer.json tests/data/tokenizer/golden_v41.bin 4000
+  With N given, the corpus has N strings and every added-token spelling of the tokenizer is
+  mixed into the special-spelling fragments (so the V4.1 respellings are covered).
 Needs `pip install tokenizers` (used only here, never at build or test time).
 
 Output format (all integers unsigned LEB128 varints):
@@ -172,10 +176,10 @@ def long_word(rng):
     return rng.choice(["ab", "abc", "xyzw", "ла", "😀"]) * (n // 3)
 
 
-def corpus():
+def corpus(n=N_CORPUS):
     rng = random.Random(SEED)
     texts = []
-    for i in range(N_CORPUS):
+    for i in range(n):
         if i % 200 == 7:
             texts.append(long_word(rng))
             continue
@@ -211,7 +215,12 @@ def main():
     path = sys.argv[1] if len(sys.argv) > 1 else str(pathlib.Path(__file__).resolve().parents[3] / "shared/data/tokenizer-deepseek-v3/tokenizer.json")
     out_path = sys.argv[2] if len(sys.argv) > 2 else "tests/data/tokenizer/golden_v3.bin"
     tok = Tokenizer.from_file(path)
-    texts = corpus()
+    if len(sys.argv) > 3:
+        added = sorted(tok.get_added_tokens_decoder().items())
+        SPECIAL_SPELLINGS.extend(t.content for _, t in added)
+        texts = corpus(int(sys.argv[3]))
+    else:
+        texts = corpus()
     rng = random.Random(SEED + 1)
     plain_idx = [i for i, t in enumerate(texts) if "｜" in t or "<|" in t or "think>" in t]
     out = bytearray(b"DITOKGV1")
@@ -229,6 +238,8 @@ def main():
     # Decode cases: random id sequences (which cut UTF-8 sequences anywhere) with added tokens.
     vocab_size = tok.get_vocab_size(with_added_tokens=True)
     added_ids = [0, 1, 2, 128000, 128799, 128800, 128803, 128804, 128805, 128814, 128815]
+    if len(sys.argv) > 3:
+        added_ids += [128821, 128822, 128825, 129264, 129279]
     decodes = []
     for i in range(3000):
         n = rng.randint(0, 12)

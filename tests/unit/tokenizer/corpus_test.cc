@@ -1,18 +1,21 @@
-// Parity with Hugging Face `tokenizers` on the generated corpus in
-// tests/data/tokenizer/golden_v3.bin (tests/tokenizer_tools/make_golden.py writes it).
+// Parity with Hugging Face `tokenizers` on generated corpora (tests/tokenizer_tools/make_golden.py
+// writes them): golden_v3.bin (20,000 strings, the V3 tokenizer in ../shared/data) and
+// golden_v41.bin (4,000 strings with every added-token spelling, the bundled V4.1 tokenizer).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
-#include "unit/tokenizer/tokenizer_test_util.h"
 
 namespace di {
 namespace {
@@ -71,9 +74,10 @@ class Reader {
   size_t pos_ = 0;
 };
 
-const Golden& golden() {
-  static const Golden g = [] {
-    std::ifstream in(DI_SOURCE_DIR "/tests/data/tokenizer/golden_v3.bin", std::ios::binary);
+Golden read_golden(const std::string& path) {
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot open " + path);
     std::ostringstream buf;
     buf << in.rdbuf();
     Reader r(buf.str());
@@ -92,14 +96,49 @@ const Golden& golden() {
       c.text = r.bytes();
     }
     return out;
-  }();
-  return g;
+  }
 }
 
-TEST(TokenizerCorpus, EncodeMatchesHuggingFace) {
-  DI_REQUIRE_TOKENIZER(tok);
+struct CorpusParam {
+  const char* name;
+  const char* tokenizer_json;
+  const char* golden;
+  size_t min_encodes;
+};
+
+const CorpusParam kCorpora[] = {
+    {"v3", DI_SHARED_DIR "/data/tokenizer-deepseek-v3/tokenizer.json",
+     DI_SOURCE_DIR "/tests/data/tokenizer/golden_v3.bin", 20000},
+    {"v41_bundled", DI_SOURCE_DIR "/data/tokenizer/deepseek-v41/tokenizer.json",
+     DI_SOURCE_DIR "/tests/data/tokenizer/golden_v41.bin", 4000},
+};
+
+class TokenizerCorpus : public ::testing::TestWithParam<CorpusParam> {
+ protected:
+  void SetUp() override {
+    const CorpusParam& p = GetParam();
+    if (!std::filesystem::exists(p.tokenizer_json)) GTEST_SKIP() << "missing " << p.tokenizer_json;
+    static std::map<std::string, std::pair<std::unique_ptr<Tokenizer>, Golden>> cache;
+    auto it = cache.find(p.name);
+    if (it == cache.end()) {
+      it = cache
+               .emplace(p.name, std::make_pair(
+                                    std::make_unique<Tokenizer>(Tokenizer::load(p.tokenizer_json)),
+                                    read_golden(p.golden)))
+               .first;
+    }
+    tok_ = it->second.first.get();
+    golden_ = &it->second.second;
+  }
+  const Golden& golden() const { return *golden_; }
+  const Tokenizer* tok_ = nullptr;
+  const Golden* golden_ = nullptr;
+};
+
+TEST_P(TokenizerCorpus, EncodeMatchesHuggingFace) {
+  const Tokenizer* tok = tok_;
   const Golden& g = golden();
-  ASSERT_GE(g.encodes.size(), 20000u);
+  ASSERT_GE(g.encodes.size(), GetParam().min_encodes);
   size_t identical = 0;
   size_t reported = 0;
   size_t bytes = 0;
@@ -122,8 +161,8 @@ TEST(TokenizerCorpus, EncodeMatchesHuggingFace) {
             << static_cast<double>(bytes) / 1e6 / seconds << " MB/s over " << bytes << " bytes\n";
 }
 
-TEST(TokenizerCorpus, DecodeMatchesHuggingFace) {
-  DI_REQUIRE_TOKENIZER(tok);
+TEST_P(TokenizerCorpus, DecodeMatchesHuggingFace) {
+  const Tokenizer* tok = tok_;
   const Golden& g = golden();
   ASSERT_GT(g.decodes.size(), 0u);
   size_t identical = 0;
@@ -139,8 +178,8 @@ TEST(TokenizerCorpus, DecodeMatchesHuggingFace) {
   EXPECT_EQ(identical, g.decodes.size());
 }
 
-TEST(TokenizerCorpus, DecodeRoundTrips) {
-  DI_REQUIRE_TOKENIZER(tok);
+TEST_P(TokenizerCorpus, DecodeRoundTrips) {
+  const Tokenizer* tok = tok_;
   for (const EncodeCase& c : golden().encodes) {
     ASSERT_EQ(tok->decode(c.ids, /*skip_special_tokens=*/false), c.text);
   }
@@ -165,8 +204,8 @@ void check_streaming(const Tokenizer& tok, const std::vector<int32_t>& ids, bool
   ASSERT_EQ(emitted, tok.decode(ids, skip_special));
 }
 
-TEST(TokenizerCorpus, StreamingEqualsFullDecodeAtEverySplit) {
-  DI_REQUIRE_TOKENIZER(tok);
+TEST_P(TokenizerCorpus, StreamingEqualsFullDecodeAtEverySplit) {
+  const Tokenizer* tok = tok_;
   for (const EncodeCase& c : golden().encodes) {
     if (c.ids.size() > 300) continue;  // the per-split check is quadratic; long words are below
     check_streaming(*tok, c.ids, false);
@@ -177,6 +216,11 @@ TEST(TokenizerCorpus, StreamingEqualsFullDecodeAtEverySplit) {
     if (HasFatalFailure()) return;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Golden, TokenizerCorpus, ::testing::ValuesIn(kCorpora),
+                         [](const ::testing::TestParamInfo<CorpusParam>& param_info) {
+                           return std::string(param_info.param.name);
+                         });
 
 }  // namespace
 }  // namespace di

