@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The README's main command: installs dependencies, builds deepinfer and runs it on the embedded
-# default model. Until the engine can generate, the main job is `deepinfer inspect` on a
-# synthetic checkpoint of the tiny V4.1-architecture model (`v41-tiny`, random weights,
-# seed 0) that this script writes once with `deepinfer synth`.
+# The README's main command: installs dependencies, builds deepinfer and runs `deepinfer generate`
+# on the embedded default model: `v41-tiny`, a tiny DeepSeek-V4.1-architecture model with RANDOM
+# weights (seed 0) written once by `deepinfer synth`, with the bundled V4.1 tokenizer. The output
+# text is therefore meaningless; what it shows is the whole pipeline (tokenizer, official chat
+# encoding, Engram map, continuous batching, sampling, detokenization, reasoning split) working.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
@@ -14,4 +15,10 @@ if [[ ! -f "${model}/model.safetensors.index.json" ]]; then
   rm -rf "${model}"
   "${bin}" synth --config v41-tiny --seed 0 --out "${model}"
 fi
-exec "${bin}" inspect "${model}" "$@"
+if [[ $# -gt 0 ]]; then
+  exec "${bin}" "$@"
+fi
+"${bin}" inspect "${model}" | head -n 12
+exec "${bin}" generate --model "${model}" --cache-dir build/cache --json --max-tokens 24 \
+  --prompt "The capital of France is" --prompt "def fibonacci(n):" \
+  --chat --temperature 0.7

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace di {
 
@@ -10,7 +11,15 @@ namespace di {
 // use Status instead (status.h).
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  explicit Error(const std::string& what) : std::runtime_error(what), message_(what) {}
+  // `what` carries the developer's location; `message` is the text alone, for per-request
+  // errors shown to users.
+  Error(const std::string& what, std::string message)
+      : std::runtime_error(what), message_(std::move(message)) {}
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
 };
 
 }  // namespace di

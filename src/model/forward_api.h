@@ -42,12 +42,17 @@ struct SequenceChunk {
   // and the Engram gate is shut; the position is DEAD for n-gram hashing). Empty = all text.
   // Image features themselves come from the vision tower (not part of this API yet).
   std::span<const uint8_t> image_mask = {};
+  // Also return the logits of every position of the chunk (prompt logprobs).
+  bool all_logits = false;
 };
 
 struct ForwardResult {
   // Per chunk: fp64-valued logits of the LAST position of the chunk, [vocab] (float32 runs
   // store float values widened to double).
   std::vector<std::vector<double>> logits;
+  // Per chunk with all_logits: [tokens * vocab] row-major logits of every position (the last
+  // row equals `logits`); empty otherwise.
+  std::vector<std::vector<double>> all_logits;
   // Per chunk: the DSpark taps of every position of the chunk, [tokens][n_taps * hidden]
   // (empty when the model has no DSpark stages).
   std::vector<std::vector<std::vector<double>>> main_hidden;

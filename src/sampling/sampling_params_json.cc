@@ -160,7 +160,7 @@ Result<SamplingParams> try_sampling_params_from_json(const json& body,
   try {
     return sampling_params_from_json(body, defaults);
   } catch (const Error& e) {
-    return Status(StatusCode::kInvalidArgument, e.what());
+    return Status(StatusCode::kInvalidArgument, e.message());
   }
 }
 

@@ -14,5 +14,8 @@ struct Command {
 Command add_inspect(CLI::App& root);
 Command add_synth(CLI::App& root);
 Command add_replay_fixture(CLI::App& root);
+Command add_generate(CLI::App& root);
+Command add_chat(CLI::App& root);
+Command add_bench(CLI::App& root);
 
 }  // namespace di::cli

@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   commands.push_back(di::cli::add_inspect(app));
   commands.push_back(di::cli::add_synth(app));
   commands.push_back(di::cli::add_replay_fixture(app));
+  commands.push_back(di::cli::add_generate(app));
+  commands.push_back(di::cli::add_chat(app));
+  commands.push_back(di::cli::add_bench(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -329,7 +329,8 @@ void Model<T>::block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Ve
 template <typename T>
 void Model<T>::forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids,
                              std::span<const uint8_t> image_mask, std::vector<double>& logits,
-                             std::vector<std::vector<double>>& taps) {
+                             std::vector<std::vector<double>>& taps,
+                             std::vector<double>* all_logits) {
   const int64_t S = static_cast<int64_t>(ids.size());
   DI_CHECK(S > 0, "forward: empty chunk");
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
@@ -403,13 +404,22 @@ void Model<T>::forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids
     cpu::rms_norm(xs.data(), S, D, w_.norm.data(), cfg_.rms_norm_eps);
     trace("final.x", xs, {S, D});
   }
-  // Final collapse with the last block's FFN pre-mix, norm, head on the last row.
-  Vec x(static_cast<size_t>(D));
-  cpu::hc_collapse(h.data() + (S - 1) * hc * D, hc, D, pre_mix.data() + (S - 1) * hc, x.data());
-  cpu::rms_norm(x.data(), 1, D, w_.norm.data(), cfg_.rms_norm_eps);
-  const Vec l = head_logits(x, 1);
-  trace("final.logits", l, {1, cfg_.vocab_size});
-  logits.assign(l.begin(), l.end());
+  // Final collapse with the last block's FFN pre-mix, norm, head on the last row (on every row
+  // when all logits are wanted; rows are independent, so the last row is the same either way).
+  const int64_t first = all_logits != nullptr ? 0 : S - 1;
+  const int64_t n = S - first;
+  Vec x(static_cast<size_t>(n * D));
+  for (int64_t r = first; r < S; ++r) {
+    cpu::hc_collapse(h.data() + r * hc * D, hc, D, pre_mix.data() + r * hc,
+                     x.data() + (r - first) * D);
+  }
+  cpu::rms_norm(x.data(), n, D, w_.norm.data(), cfg_.rms_norm_eps);
+  const Vec l = head_logits(x, n);
+  const auto V = static_cast<size_t>(cfg_.vocab_size);
+  trace("final.logits", Vec(l.end() - static_cast<std::ptrdiff_t>(V), l.end()),
+        {1, cfg_.vocab_size});
+  logits.assign(l.end() - static_cast<std::ptrdiff_t>(V), l.end());
+  if (all_logits != nullptr) all_logits->assign(l.begin(), l.end());
 }
 
 template <typename T>
@@ -417,13 +427,14 @@ ForwardResult Model<T>::forward(std::span<const SequenceChunk> chunks) {
   ForwardResult res;
   res.logits.resize(chunks.size());
   res.main_hidden.resize(chunks.size());
+  res.all_logits.resize(chunks.size());
   // Sequences are independent: each runs alone, so its arithmetic never depends on the batch.
   for (size_t c = 0; c < chunks.size(); ++c) {
     auto* st = dynamic_cast<SequenceStateT<T>*>(chunks[c].state);
     DI_CHECK(st != nullptr, "forward: sequence state of another model or precision");
     if (tracing()) tracer_->begin_chunk(c, chunks.size());
-    forward_chunk(*st, chunks[c].token_ids, chunks[c].image_mask, res.logits[c],
-                  res.main_hidden[c]);
+    forward_chunk(*st, chunks[c].token_ids, chunks[c].image_mask, res.logits[c], res.main_hidden[c],
+                  chunks[c].all_logits ? &res.all_logits[c] : nullptr);
   }
   return res;
 }

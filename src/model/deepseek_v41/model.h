@@ -54,10 +54,11 @@ class Model final : public ForwardModel {
     std::span<const uint8_t> image_mask;           // [rows] image-span rows; empty = text
   };
 
-  // One sequence chunk through the backbone: last-row logits and the DSpark taps.
+  // One sequence chunk through the backbone: last-row logits, the DSpark taps, and the logits
+  // of every row when `all_logits` is given.
   void forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids,
                      std::span<const uint8_t> image_mask, std::vector<double>& logits,
-                     std::vector<std::vector<double>>& taps);
+                     std::vector<std::vector<double>>& taps, std::vector<double>* all_logits);
   // Block i on stream h [S, hc, D]; pre_mix [S, hc] in/out.
   void block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Vec& h, Vec& pre_mix,
                      Shared& shared, const Vec* draft_main_x);
