@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/device_arena.h"
 #include "backend/cuda/device_buffer.h"
 #include "common/error.h"
 
@@ -125,6 +127,56 @@ TEST_F(CudaRuntimeTest, StreamsAndEvents) {
   plain.record(moved.get());
   plain.synchronize();
   EXPECT_TRUE(plain.query());
+}
+
+TEST_F(CudaRuntimeTest, ArenaHandsOutThePlannedBuffers) {
+  WorkspacePlan plan;
+  plan.add("a", 1000);
+  plan.add("b", 4096, 4096);
+  DeviceArena arena(plan, "test arena");
+  EXPECT_EQ(arena.total_bytes(), plan.total_bytes());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(arena.data("b")) % 4096, 0u);
+  EXPECT_EQ(static_cast<std::byte*>(arena.data("b")) - static_cast<std::byte*>(arena.data("a")),
+            4096);
+  EXPECT_THROW((void)arena.data("c"), Error);
+  // An impossible plan fails at start-up with the buffer list in the message.
+  WorkspacePlan huge;
+  huge.add("activations", size_t{1} << 50);
+  try {
+    DeviceArena too_big(huge, "huge arena");
+    ADD_FAILURE() << "allocation of 1 PiB succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("activations"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CudaRuntimeTest, GraphReplaysCapturedWorkOnNewInputs) {
+  Stream stream;
+  DeviceBuffer src(1024, "src"), dst(1024, "dst");
+  std::vector<uint8_t> host(1024, 7), back(1024, 0);
+  CudaGraph graph;
+  graph.capture(stream.get(), [&](cudaStream_t s) {
+    DI_CUDA_CHECK(cudaMemsetAsync(dst.data(), 0, 1024, s));
+    DI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), 512, cudaMemcpyDeviceToDevice, s));
+  });
+  EXPECT_TRUE(graph.captured());
+  EXPECT_EQ(graph.num_nodes(), 2u);
+  for (uint8_t value : {uint8_t{7}, uint8_t{42}}) {
+    std::fill(host.begin(), host.end(), value);
+    src.copy_from_host_async(host.data(), 1024, stream.get());
+    graph.replay(stream.get());
+    dst.copy_to_host_async(back.data(), 1024, stream.get());
+    stream.synchronize();
+    EXPECT_EQ(back[0], value);
+    EXPECT_EQ(back[511], value);
+    EXPECT_EQ(back[512], 0);  // the memset node ran too
+  }
+  // A throwing capture leaves the stream usable and the graph empty.
+  CudaGraph failed;
+  EXPECT_THROW(failed.capture(stream.get(), [](cudaStream_t) { throw Error("boom"); }), Error);
+  EXPECT_FALSE(failed.captured());
+  EXPECT_NO_THROW(stream.synchronize());
+  EXPECT_THROW(failed.replay(stream.get()), Error);
 }
 
 }  // namespace
