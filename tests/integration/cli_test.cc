@@ -3,13 +3,13 @@
 // never crash).
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests_support/cli_runner.h"
 #include "tests_support/temp_dir.h"
 
 namespace di {
@@ -21,26 +21,10 @@ using testing::read_file;
 using testing::TempDir;
 using testing::write_file;
 
-struct RunResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using testing::RunResult;
 
 RunResult run_cli(const std::string& args, const TempDir& tmp) {
-  const fs::path out = tmp / "stdout.txt", err = tmp / "stderr.txt";
-  const std::string cmd =
-      std::string(DI_CLI_PATH) + " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  RunResult r;
-  if (WIFEXITED(status)) {
-    r.code = WEXITSTATUS(status);
-  } else {
-    r.code = 1000 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);  // a crash
-  }
-  r.out = read_file(out);
-  r.err = read_file(err);
-  return r;
+  return testing::run_cli(DI_CLI_PATH, args, tmp.path());
 }
 
 std::string repo(const std::string& rel) {

@@ -3,7 +3,6 @@
 // killed run from its output file.
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests_support/cli_runner.h"
 #include "tests_support/temp_dir.h"
 
 namespace di {
@@ -22,21 +22,10 @@ using testing::read_file;
 using testing::TempDir;
 using testing::write_file;
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
+using CliRun = testing::RunResult;
 
 CliRun cli(const std::string& args, const fs::path& dir) {
-  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const int status = std::system(
-      (std::string(DI_CLI_PATH) + " " + args + " > " + out.string() + " 2> " + err.string())
-          .c_str());
-  CliRun r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 1000;
-  r.out = read_file(out);
-  r.err = read_file(err);
-  return r;
+  return testing::run_cli(DI_CLI_PATH, args, dir);
 }
 
 std::string fmt_id(int i) {
