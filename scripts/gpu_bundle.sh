@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Builds the CUDA test and benchmark binaries here (the GPU machine has no Debian -dev packages)
-# and copies them, with the shared libraries they need beyond glibc/libstdc++, into .carry/gpu
-# (git-ignored). Then, through the device tool: carry ".carry", run `bash scripts/gpu_run.sh`.
-# DI_GPU_BUILD_DIR=DIR reuses binaries already built in DIR (a cuda-release build).
+# and copies them, with the shared libraries they need beyond glibc/libstdc++/CUDA, into
+# .carry/gpu (git-ignored). Then, through the device tool: carry ".carry", run
+# `bash scripts/gpu_run.sh`. DI_GPU_BUILD_DIR=DIR reuses binaries already built in DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${DI_GPU_BUILD_DIR:-build/cuda-release}
+tests=(kernel_test fp8_gemm_kernel_test dense_ops_kernel_test mhc_kernel_test)
+benches=(dequant_bench fp8_gemm_bench dense_ops_bench mhc_bench)
 if [[ -z "${DI_GPU_BUILD_DIR:-}" ]]; then
   cmake --preset cuda-release >/dev/null
-  cmake --build --preset cuda-release -j "${DI_JOBS:-$(nproc)}" --target kernel_test dequant_bench
+  targets=()
+  for t in "${tests[@]}" "${benches[@]}"; do
+    if cmake --build --preset cuda-release --target help | grep -q "^${t}:"; then targets+=("${t}"); fi
+  done
+  cmake --build --preset cuda-release -j "${DI_JOBS:-$(nproc)}" --target "${targets[@]}"
 fi
 rm -rf .carry/gpu && mkdir -p .carry/gpu/bin .carry/gpu/lib
-bins=("${build}/tests/kernels/kernel_test" "${build}/bench/dequant_bench")
+bins=()
+for t in "${tests[@]}"; do [[ -x "${build}/tests/kernels/${t}" ]] && bins+=("${build}/tests/kernels/${t}"); done
+for b in "${benches[@]}"; do [[ -x "${build}/bench/${b}" ]] && bins+=("${build}/bench/${b}"); done
 cp "${bins[@]}" .carry/gpu/bin/
-for lib in $(ldd "${bins[@]}" | awk '/=> \// {print $3}' | sort -u | grep -E 'libfmt|libspdlog'); do
+for lib in $(ldd "${bins[@]}" 2>/dev/null | awk '/=> \// {print $3}' | sort -u | grep -E 'libfmt|libspdlog'); do
   cp -L "${lib}" .carry/gpu/lib/
 done
 du -sh .carry/gpu

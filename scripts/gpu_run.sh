@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool) from the repo root, after scripts/gpu_bundle.sh here:
-# every kernel parity test, then the kernel benchmarks. Logs go to $OUT (or ./gpu-out).
+# every kernel parity test binary, then every kernel benchmark. Logs go to $OUT (or ./gpu-out).
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "${out}"
-export LD_LIBRARY_PATH="$PWD/.carry/gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+cuda_libs=$(ls -d /usr/local/cuda/lib64 2>/dev/null; python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
+export LD_LIBRARY_PATH="$PWD/.carry/gpu/lib:$(echo ${cuda_libs} | tr ' ' ':')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "${out}/gpu.txt"
 status=0
-.carry/gpu/bin/kernel_test --gtest_output="xml:${out}/kernel_test.xml" 2>&1 | tee "${out}/kernel_test.log" || status=1
-.carry/gpu/bin/dequant_bench 2>&1 | tee "${out}/dequant_bench.log" || status=1
+for t in .carry/gpu/bin/*_test; do
+  name=$(basename "${t}")
+  "${t}" --gtest_output="xml:${out}/${name}.xml" > "${out}/${name}.log" 2>&1 || status=1
+  tail -n 3 "${out}/${name}.log"
+done
+for b in .carry/gpu/bin/*_bench; do
+  name=$(basename "${b}")
+  "${b}" > "${out}/${name}.log" 2>&1 || status=1
+  tail -n 30 "${out}/${name}.log"
+done
 exit "${status}"
