@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
     const di::Tokenizer tok = di::Tokenizer::load(argv[1]);
     const std::vector<std::string> corpus = read_corpus(argv[2]);
     size_t bytes = 0;
-    for (const std::string& s : corpus) bytes += s.size();
+    for (const std::string& s : corpus)
+      bytes += s.size();
     double best = 1e30;
     uint64_t tokens = 0, hash = 0;
     for (int r = 0; r < repeat; ++r) {
@@ -62,19 +63,23 @@ int main(int argc, char** argv) {
       for (const std::string& s : corpus) {
         const std::vector<int32_t> ids = tok.encode(s, /*parse_special_tokens=*/true);
         count += ids.size();
-        for (int32_t id : ids) h = (h ^ static_cast<uint32_t>(id)) * 1099511628211ull;
+        for (int32_t id : ids)
+          h = (h ^ static_cast<uint32_t>(id)) * 1099511628211ull;
         h = (h ^ 0xffffffffu) * 1099511628211ull;  // string separator
       }
-      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double sec =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (sec < best) best = sec;
       tokens = count;
       hash = h;
     }
     std::printf(
         "{\"impl\": \"deepinfer\", \"strings\": %zu, \"bytes\": %zu, \"tokens\": %llu, "
-        "\"seconds\": %.6f, \"mb_per_s\": %.3f, \"tokens_per_s\": %.0f, \"ids_fnv1a\": \"%016llx\"}\n",
-        corpus.size(), bytes, static_cast<unsigned long long>(tokens), best, static_cast<double>(bytes) / best / 1e6,
-        static_cast<double>(tokens) / best, static_cast<unsigned long long>(hash));
+        "\"seconds\": %.6f, \"mb_per_s\": %.3f, \"tokens_per_s\": %.0f, \"ids_fnv1a\": "
+        "\"%016llx\"}\n",
+        corpus.size(), bytes, static_cast<unsigned long long>(tokens), best,
+        static_cast<double>(bytes) / best / 1e6, static_cast<double>(tokens) / best,
+        static_cast<unsigned long long>(hash));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tokenizer_bench: %s\n", e.what());
