@@ -1,0 +1,212 @@
+#pragma once
+
+// The sm_90a FP8 block-scaled GEMM kernel: y[m, n] = sum_kb P_kb[m, n] * s_x[m, kb] * s_w[n/B, kb]
+// where P_kb is the e4m3 x e4m3 partial product of K-block kb from wgmma (fp32 accumulators).
+//
+// CTA = one producer warpgroup (one thread issues the bulk tensor copies) + kConsumers consumer
+// warpgroups, each owning 64 rows x kBlockN columns. A stage holds 128 K-columns of the quantised
+// activations [block_m x 128], of the weight [kBlockN x 128] (both 128-byte swizzled, K-major)
+// and the tile's activation scales [128 / B][block_m]; full/empty mbarriers per stage.
+//
+// Per K-block the consumer issues the k32 wgmmas of that block into a fresh partial (scale-d = 0
+// on the first), waits, and promotes: acc = fma(partial, s_x * s_w, acc). That order is the same
+// for every tile configuration and every m, so a row's output is independent of the batch.
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/fp8_gemm/fp8_gemm_sm90_launch.h"
+#include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
+#include "kernels/cuda/fp8_gemm/wgmma_e4m3.cuh"
+
+namespace di::fp8_sm90 {
+
+constexpr int kStageK = 128;  // K-columns per pipeline stage (one 128-byte swizzle row)
+
+template <int kBlockN, int kConsumers, int kBlock, int kStages>
+struct Sm90Config {
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kKbPerStage = kStageK / kBlock;
+  static constexpr int kStageA = kBlockM * kStageK;
+  static constexpr int kStageB = kBlockN * kStageK;
+  static constexpr int kStageSa = kBlockM * kKbPerStage * 4;
+  static constexpr int kScaleCols = kBlockN >= kBlock ? kBlockN / kBlock : 1;  // weight blocks/tile
+};
+
+__device__ __forceinline__ float ue8m0_to_float(uint8_t b) {
+  // Scale bytes 1..254 (0 and 255 are not produced by the checkpoint converter).
+  return __uint_as_float(static_cast<uint32_t>(b) << 23);
+}
+
+template <typename OutT>
+__device__ __forceinline__ void store_pair(OutT* out, int64_t row, int col, int n, float a,
+                                           float b) {
+  OutT* p = out + row * n + col;
+  if constexpr (sizeof(OutT) == 4) {
+    if (col + 1 < n && (n % 2) == 0) {
+      *reinterpret_cast<float2*>(p) = make_float2(a, b);
+    } else {
+      p[0] = a;
+      if (col + 1 < n) p[1] = b;
+    }
+  } else {
+    if (col + 1 < n && (n % 2) == 0) {
+      *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+    } else {
+      p[0] = __float2bfloat16_rn(a);
+      if (col + 1 < n) p[1] = __float2bfloat16_rn(b);
+    }
+  }
+}
+
+template <int kBlockN, int kConsumers, int kBlock, int kStages, typename OutT>
+__global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
+    fp8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
+                         const __grid_constant__ CUtensorMap map_b,
+                         const __grid_constant__ CUtensorMap map_sa, const Sm90Args args) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  using Cfg = Sm90Config<kBlockN, kConsumers, kBlock, kStages>;
+  using Mma = WgmmaE4m3<kBlockN>;
+  constexpr int kRegs = Mma::kRegs;
+
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                             ~static_cast<uintptr_t>(1023));
+  uint8_t* s_a = smem;
+  uint8_t* s_b = s_a + kStages * Cfg::kStageA;
+  float* s_sa = reinterpret_cast<float*>(s_b + kStages * Cfg::kStageB);
+  uint64_t* full = reinterpret_cast<uint64_t*>(s_sa + kStages * Cfg::kStageSa / 4);
+  uint64_t* empty = full + kStages;
+  float* s_sw = reinterpret_cast<float*>(empty + kStages);  // [kScaleCols][num_kb]
+
+  const int warpgroup = threadIdx.x / 128;
+  const int n0 = blockIdx.x * kBlockN;
+  const int m0 = blockIdx.y * Cfg::kBlockM;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 4 * kConsumers);  // one arrival per consumer warp
+    }
+    mbar_init_fence();
+    tma_prefetch_descriptor(&map_a);
+    tma_prefetch_descriptor(&map_b);
+    tma_prefetch_descriptor(&map_sa);
+  }
+  // The tile's weight scales, once: kScaleCols weight-block rows x num_kb.
+  const int scale_row0 = n0 / kBlock;
+  for (int i = threadIdx.x; i < Cfg::kScaleCols * args.num_kb; i += Cfg::kThreads) {
+    const int c = i / args.num_kb;
+    const int kb = i - c * args.num_kb;
+    const int r = scale_row0 + c;
+    s_sw[i] = r < args.scale_rows
+                  ? ue8m0_to_float(args.weight_scale[static_cast<int64_t>(r) * args.num_kb + kb])
+                  : 0.0f;
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // Producer: one thread keeps kStages stages of copies in flight.
+    if (threadIdx.x == 0) {
+      const uint32_t tx = args.a_stage_bytes + Cfg::kStageB + Cfg::kStageSa;
+      for (int it = 0; it < args.num_k_stages; ++it) {
+        const int s = it % kStages;
+        if (it >= kStages) mbar_wait(&empty[s], ((it / kStages) - 1) & 1);
+        mbar_arrive_expect_tx(&full[s], tx);
+        tma_load_2d(s_a + s * Cfg::kStageA, &map_a, &full[s], it * kStageK, m0);
+        tma_load_2d(s_b + s * Cfg::kStageB, &map_b, &full[s], it * kStageK, n0);
+        tma_load_2d(s_sa + s * (Cfg::kStageSa / 4), &map_sa, &full[s], m0, it * Cfg::kKbPerStage);
+      }
+    }
+    return;
+  }
+
+  // Consumers.
+  const int consumer = warpgroup - 1;
+  const int t = threadIdx.x % 128;
+  const int warp = t / 32;
+  const int lane = t % 32;
+  const int row0 = consumer * 64 + warp * 16 + lane / 4;  // this thread's rows: row0, row0 + 8
+
+  // K-blocks whose wgmmas are issued together (one commit group, one wait) into separate
+  // partials, then promoted one after the other: fewer serial wgmma round trips per stage for
+  // the narrow decode tiles, where registers are plentiful. The arithmetic per element is the
+  // same for every kBatch (each partial starts from scale-d = 0; promotions in K order).
+  constexpr int kBatch =
+      kBlock == 32 ? (kBlockN <= 32 ? 4 : (kBlockN == 64 && kConsumers == 1 ? 2 : 1)) : 1;
+  constexpr int kMmaPerKb = kBlock / 32;
+  float acc[kRegs];
+  float part[kBatch][kRegs];
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i)
+    acc[i] = 0.0f;
+
+  for (int it = 0; it < args.num_k_stages; ++it) {
+    const int s = it % kStages;
+    mbar_wait(&full[s], (it / kStages) & 1);
+    const uint64_t desc_a = smem_desc_k128_sw128(s_a + s * Cfg::kStageA + consumer * 64 * kStageK);
+    const uint64_t desc_b = smem_desc_k128_sw128(s_b + s * Cfg::kStageB);
+    const float* sa = s_sa + s * (Cfg::kStageSa / 4);
+#pragma unroll
+    for (int kk0 = 0; kk0 < Cfg::kKbPerStage; kk0 += kBatch) {
+      wgmma_fence();
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+        for (int j = 0; j < kMmaPerKb; ++j) {
+          const int k32 = (kk0 + b) * kMmaPerKb + j;  // 32-byte steps: +2 in the >> 4 field
+          Mma::mma(part[b], desc_a + 2 * k32, desc_b + 2 * k32, j == 0 ? 0 : 1);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+        for (int i = 0; i < kRegs; ++i)
+          fence_regs(part[b][i]);
+      }
+
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int kk = kk0 + b;
+        const int kb = it * Cfg::kKbPerStage + kk;
+        if (kb >= args.num_kb) break;
+        const float sa0 = sa[kk * Cfg::kBlockM + row0];
+        const float sa1 = sa[kk * Cfg::kBlockM + row0 + 8];
+        float sw[Cfg::kScaleCols];
+#pragma unroll
+        for (int c = 0; c < Cfg::kScaleCols; ++c)
+          sw[c] = s_sw[c * args.num_kb + kb];
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j) {
+          const float w = sw[kBlockN >= kBlock ? (8 * j) / kBlock : 0];
+          const float s0 = sa0 * w;  // powers of two: exact
+          const float s1 = sa1 * w;
+          acc[4 * j + 0] = fmaf(part[b][4 * j + 0], s0, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(part[b][4 * j + 1], s0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[b][4 * j + 2], s1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[b][4 * j + 3], s1, acc[4 * j + 3]);
+        }
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[s]);
+  }
+
+  OutT* out = static_cast<OutT*>(args.out);
+  const int64_t r0 = static_cast<int64_t>(m0) + row0;
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j) {
+    const int col = n0 + 8 * j + 2 * (lane % 4);
+    if (col >= args.n) continue;
+    if (r0 < args.m) store_pair(out, r0, col, args.n, acc[4 * j], acc[4 * j + 1]);
+    if (r0 + 8 < args.m) store_pair(out, r0 + 8, col, args.n, acc[4 * j + 2], acc[4 * j + 3]);
+  }
+#endif
+}
+
+}  // namespace di::fp8_sm90

@@ -1,0 +1,497 @@
+// Pre side of the fused single-pass mHC (delta spec §5.3): for every token row of the stream
+// X [T, 4, D], the 24 mixes m = (fn . flatten(X)) * rsqrt(mean(X^2) + eps) with the sigmoid /
+// Sinkhorn epilogue, and the collapse sum_j carried_pre[j] * X_j. The collapse uses the carried
+// pre of the PREVIOUS site, known before X is read, so mixes and collapse share one read of X.
+//
+// Pass 1 (mhc_pre_partial_kernel), grid = token tiles x D-splits. A CTA streams its rows' slice
+// of X (all 4 copies, kChunk d at a time) through a 3-stage cp.async pipeline into shared memory.
+// Warp w owns d-block w (16 d) of each chunk and, from registers:
+//  - the 24 dot products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate): rows =
+//    tokens, k = d, n = mixes. fn is split into three bf16 pieces (f = f0 + f1 + f2 exactly for
+//    normal values), so every product with a bf16 X is exact; fp32 X is split the same way and
+//    the six products above 2^-24 relative are kept. The result is fp32 accurate (reduction-order
+//    differences only), not tf32/bf16 accurate.
+//  - the sum of squares and the collapse of the same fragment values (each lane holds the same
+//    (token, d) positions of all 4 copies), written straight to `collapsed`.
+// Partial sums go to the workspace, one slot per (split, token); the warps of a CTA and the
+// splits are combined in a fixed order, so a row's result never depends on T or on its tile.
+// Pass 2 (mhc_pre_finalize_kernel): one thread per token sums the splits in order and runs the
+// sigmoid / softmax / Sinkhorn epilogue exactly as cpu::hc_mixes.
+
+#include <cuda_bf16.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/check.h"
+#include "kernels/cuda/mhc/mhc.cuh"
+
+namespace di {
+namespace {
+
+constexpr int kThreads = 128;             // 4 warps, one per 16-d block of a chunk
+constexpr int kChunk = 64;                // d per pipeline stage (all 4 copies)
+constexpr int kDefaultStages = 2;         // measured faster at T >= 4096 (docs/design/cuda_mhc.md)
+constexpr int kPartials = kMhcMixes + 1;  // 24 dot products + the sum of squares
+
+// Tile shapes per storage. A stage is kRows token rows x 4 copies x kChunk d; each row is padded
+// so that the A-fragment loads (8 rows x 4 lanes) hit 32 different banks: a row stride of 4 (bf16,
+// 4-byte loads) or 8 (fp32, 8-byte loads) words modulo 32.
+template <MhcStorage S>
+struct TileCfg;
+template <>
+struct TileCfg<MhcStorage::kBf16> {
+  using Elem = uint16_t;
+  static constexpr int kRows = 64;
+  static constexpr int kRowBytes = kMhcStreams * kChunk * 2 + 16;
+};
+template <>
+struct TileCfg<MhcStorage::kF32> {
+  using Elem = float;
+  static constexpr int kRows = 32;  // fp32 rows are twice the bytes: same stage size
+  static constexpr int kRowBytes = kMhcStreams * kChunk * 4 + 32;
+};
+
+template <MhcStorage S>
+constexpr int stage_bytes() {
+  return TileCfg<S>::kRows * TileCfg<S>::kRowBytes;
+}
+
+template <MhcStorage S, int kStages>
+constexpr int smem_bytes() {
+  return kStages * stage_bytes<S>() + TileCfg<S>::kRows * kMhcStreams * 4;
+}
+
+__device__ __forceinline__ void cp_async16(void* smem_ptr, const void* gptr, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_ptr));
+  const int src_bytes = valid ? 16 : 0;  // 0: zero-fill, nothing is read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gptr),
+               "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) {
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// (lo, hi) = p0 + p1 + p2 with bf16x2 pieces; the two subtractions are exact.
+struct Pieces {
+  uint32_t w[3];
+};
+
+__device__ __forceinline__ Pieces split3(float lo, float hi) {
+  const __nv_bfloat162 h0 = __floats2bfloat162_rn(lo, hi);
+  const float2 f0 = __bfloat1622float2(h0);
+  const float rlo = __fsub_rn(lo, f0.x), rhi = __fsub_rn(hi, f0.y);
+  const __nv_bfloat162 h1 = __floats2bfloat162_rn(rlo, rhi);
+  const float2 f1 = __bfloat1622float2(h1);
+  const __nv_bfloat162 h2 = __floats2bfloat162_rn(__fsub_rn(rlo, f1.x), __fsub_rn(rhi, f1.y));
+  return {{bf16x2_bits(h0), bf16x2_bits(h1), bf16x2_bits(h2)}};
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) {
+  return __uint_as_float(w << 16);
+}
+__device__ __forceinline__ float bf16_hi(uint32_t w) {
+  return __uint_as_float(w & 0xFFFF0000u);
+}
+
+// kStages = 3: 2 CTAs per SM; kStages = 2: 3 CTAs per SM (register cap 170).
+template <MhcStorage S, int kStages>
+__global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
+    mhc_pre_partial_kernel(MhcPreParams p, int chunks_per_split) {
+  using Cfg = TileCfg<S>;
+  using Elem = typename Cfg::Elem;
+  constexpr int kRows = Cfg::kRows;
+  constexpr int kMt = kRows / 16;  // m-tiles per warp
+  constexpr int kRowBytes = Cfg::kRowBytes;
+  constexpr int kStage = stage_bytes<S>();
+  constexpr int kSegPieces = kChunk * static_cast<int>(sizeof(Elem)) / 16;  // 16 B per cp.async
+  constexpr int kPieces = kRows * kMhcStreams * kSegPieces;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* pre_s = reinterpret_cast<float*>(smem + kStages * kStage);  // [kRows][4]
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const int64_t tokens = p.tokens, dim = p.dim;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int rows = static_cast<int>(tokens - t0 < kRows ? tokens - t0 : kRows);
+  const int64_t chunk0 = static_cast<int64_t>(blockIdx.y) * chunks_per_split;
+  const Elem* x = static_cast<const Elem*>(p.stream);
+
+  for (int i = tid; i < kRows * kMhcStreams; i += kThreads) {
+    pre_s[i] = i / kMhcStreams < rows ? p.carried_pre[t0 * kMhcStreams + i] : 0.0f;
+  }
+
+  auto load_stage = [&](int c, int buf) {
+    const int64_t d0 = (chunk0 + c) * kChunk;
+    unsigned char* dst = smem + buf * kStage;
+    for (int i = tid; i < kPieces; i += kThreads) {
+      const int r = i / (kMhcStreams * kSegPieces);
+      const int rem = i % (kMhcStreams * kSegPieces);
+      const int j = rem / kSegPieces, s = rem % kSegPieces;
+      const bool valid = r < rows;
+      const Elem* src =
+          valid ? x + ((t0 + r) * kMhcStreams + j) * dim + d0 + s * (16 / sizeof(Elem)) : x;
+      cp_async16(dst + r * kRowBytes + j * kChunk * static_cast<int>(sizeof(Elem)) + s * 16, src,
+                 valid);
+    }
+  };
+
+  float acc[kMt][3][4];
+  float ss[kMt][2];
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+    ss[mt][0] = ss[mt][1] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 3; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc[mt][n][e] = 0.0f;
+    }
+  }
+
+  const int nchunks = chunks_per_split;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nchunks) load_stage(s, s);
+    cp_async_commit();
+  }
+
+  const int64_t kblocks_per_copy = dim / 16;
+  const float4* fn4 = reinterpret_cast<const float4*>(p.fn_packed);
+  Elem* out = static_cast<Elem*>(p.collapsed);
+
+  for (int c = 0; c < nchunks; ++c) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    {
+      const int nc = c + kStages - 1;
+      if (nc < nchunks) load_stage(nc, nc % kStages);
+      cp_async_commit();
+    }
+    const unsigned char* buf = smem + (c % kStages) * kStage;
+    const int64_t d0 = (chunk0 + c) * kChunk;
+    const int64_t kb0 = d0 / 16 + warp;  // this warp's k16 block within copy 0
+
+    float col[kMt][8];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        col[mt][e] = 0.0f;
+    }
+
+    float4 fb_next[3];
+#pragma unroll
+    for (int i = 0; i < 3; ++i)
+      fb_next[i] = __ldg(fn4 + kb0 * 96 + i * 32 + lane);
+
+#pragma unroll
+    for (int j = 0; j < kMhcStreams; ++j) {
+      float4 fb[3] = {fb_next[0], fb_next[1], fb_next[2]};
+      if (j + 1 < kMhcStreams) {
+        const int64_t kb = (j + 1) * kblocks_per_copy + kb0;
+#pragma unroll
+        for (int i = 0; i < 3; ++i)
+          fb_next[i] = __ldg(fn4 + kb * 96 + i * 32 + lane);
+      }
+      // B fragments: (n, h) pair -> lane values idx = (n * 2 + h) * 2 + e.
+      const float fv[12] = {fb[0].x, fb[0].y, fb[0].z, fb[0].w, fb[1].x, fb[1].y,
+                            fb[1].z, fb[1].w, fb[2].x, fb[2].y, fb[2].z, fb[2].w};
+      Pieces bp[3][2];
+#pragma unroll
+      for (int n = 0; n < 3; ++n) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          bp[n][h] = split3(fv[(n * 2 + h) * 2], fv[(n * 2 + h) * 2 + 1]);
+      }
+
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        const int r_lo = mt * 16 + g;
+        const unsigned char* row_lo =
+            buf + r_lo * kRowBytes + (j * kChunk + warp * 16) * static_cast<int>(sizeof(Elem));
+        const unsigned char* row_hi = row_lo + 8 * kRowBytes;
+        // v[0..1]: (g, 2q..2q+1); v[2..3]: (g+8, 2q..); v[4..5]: (g, 2q+8..); v[6..7]: (g+8,
+        // 2q+8..)
+        float v[8];
+        uint32_t a[4];
+        if constexpr (S == MhcStorage::kBf16) {
+          a[0] = *reinterpret_cast<const uint32_t*>(row_lo + 4 * q);
+          a[1] = *reinterpret_cast<const uint32_t*>(row_hi + 4 * q);
+          a[2] = *reinterpret_cast<const uint32_t*>(row_lo + 16 + 4 * q);
+          a[3] = *reinterpret_cast<const uint32_t*>(row_hi + 16 + 4 * q);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            v[2 * i] = bf16_lo(a[i]);
+            v[2 * i + 1] = bf16_hi(a[i]);
+          }
+        } else {
+          const float2 f0 = *reinterpret_cast<const float2*>(row_lo + 8 * q);
+          const float2 f1 = *reinterpret_cast<const float2*>(row_hi + 8 * q);
+          const float2 f2 = *reinterpret_cast<const float2*>(row_lo + 32 + 8 * q);
+          const float2 f3 = *reinterpret_cast<const float2*>(row_hi + 32 + 8 * q);
+          v[0] = f0.x, v[1] = f0.y, v[2] = f1.x, v[3] = f1.y;
+          v[4] = f2.x, v[5] = f2.y, v[6] = f3.x, v[7] = f3.y;
+        }
+        // Collapse (CPU order: acc = 0; acc += pre_j * x_j, j ascending) and sum of squares.
+        const float p_lo = pre_s[r_lo * kMhcStreams + j];
+        const float p_hi = pre_s[(r_lo + 8) * kMhcStreams + j];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float pj = (i & 2) ? p_hi : p_lo;
+          col[mt][i] = __fadd_rn(col[mt][i], __fmul_rn(pj, v[i]));
+          ss[mt][(i >> 1) & 1] = __fmaf_rn(v[i], v[i], ss[mt][(i >> 1) & 1]);
+        }
+        // The 24 dot products; small terms first.
+        if constexpr (S == MhcStorage::kBf16) {
+#pragma unroll
+          for (int pb = 2; pb >= 0; --pb) {
+#pragma unroll
+            for (int n = 0; n < 3; ++n)
+              mma_bf16(acc[mt][n], a[0], a[1], a[2], a[3], bp[n][0].w[pb], bp[n][1].w[pb]);
+          }
+        } else {
+          const Pieces ap[4] = {split3(v[0], v[1]), split3(v[2], v[3]), split3(v[4], v[5]),
+                                split3(v[6], v[7])};
+          constexpr int kPa[6] = {2, 1, 0, 1, 0, 0};
+          constexpr int kPb[6] = {0, 1, 2, 0, 1, 0};
+#pragma unroll
+          for (int t = 0; t < 6; ++t) {
+#pragma unroll
+            for (int n = 0; n < 3; ++n) {
+              mma_bf16(acc[mt][n], ap[0].w[kPa[t]], ap[1].w[kPa[t]], ap[2].w[kPa[t]],
+                       ap[3].w[kPa[t]], bp[n][0].w[kPb[t]], bp[n][1].w[kPb[t]]);
+            }
+          }
+        }
+      }
+    }
+
+    // Collapsed outputs of this warp's 16 d for its rows.
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = mt * 16 + g + 8 * half;
+        if (r >= rows) continue;
+        Elem* o = out + (t0 + r) * dim + d0 + warp * 16 + 2 * q;
+#pragma unroll
+        for (int cs = 0; cs < 2; ++cs) {  // columns 2q.. and 2q+8..
+          const float lo = col[mt][cs * 4 + half * 2], hi = col[mt][cs * 4 + half * 2 + 1];
+          if constexpr (S == MhcStorage::kBf16) {
+            *reinterpret_cast<uint32_t*>(o + cs * 8) = bf16x2_bits(__floats2bfloat162_rn(lo, hi));
+          } else {
+            *reinterpret_cast<float2*>(o + cs * 8) = make_float2(lo, hi);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Combine the 4 warps (d-blocks) in a fixed order through shared memory: red[w][row][25].
+  float* red = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+    const int r_lo = mt * 16 + g;
+#pragma unroll
+    for (int n = 0; n < 3; ++n) {
+      float* lo = red + (warp * kRows + r_lo) * kPartials + n * 8 + 2 * q;
+      float* hi = lo + 8 * kPartials;
+      lo[0] = acc[mt][n][0];
+      lo[1] = acc[mt][n][1];
+      hi[0] = acc[mt][n][2];
+      hi[1] = acc[mt][n][3];
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float v = ss[mt][half];
+      v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+      v += __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+      if (q == 0) red[(warp * kRows + r_lo + 8 * half) * kPartials + kMhcMixes] = v;
+    }
+  }
+  __syncthreads();
+  float* ws = p.workspace + (static_cast<int64_t>(blockIdx.y) * tokens + t0) * kPartials;
+  for (int i = tid; i < rows * kPartials; i += kThreads) {
+    float v = red[i];
+#pragma unroll
+    for (int w = 1; w < kThreads / 32; ++w)
+      v += red[w * kRows * kPartials + i];
+    ws[i] = v;
+  }
+}
+
+__device__ __forceinline__ float sigmoid(float v) {
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-v)));
+}
+
+// One thread per token: the splits' partial sums in order, then cpu::hc_mixes' epilogue.
+__global__ void mhc_pre_finalize_kernel(MhcPreParams p, int splits) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= p.tokens) return;
+  float m[kPartials];
+#pragma unroll
+  for (int i = 0; i < kPartials; ++i)
+    m[i] = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float* w = p.workspace + (s * p.tokens + t) * kPartials;
+#pragma unroll
+    for (int i = 0; i < kPartials; ++i)
+      m[i] = __fadd_rn(m[i], w[i]);
+  }
+  const float width = static_cast<float>(kMhcStreams * p.dim);
+  const float r =
+      __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(m[kMhcMixes], width), p.norm_eps)));
+  const float eps = p.hc_eps;
+  const float* sc = p.scale;
+  const float* b = p.base;
+  constexpr int hc = kMhcStreams;
+#pragma unroll
+  for (int j = 0; j < hc; ++j) {
+    const float mp = __fmul_rn(m[j], r), mq = __fmul_rn(m[hc + j], r);
+    p.pre[t * hc + j] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mp, sc[0]), b[j])), eps);
+    p.post[t * hc + j] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mq, sc[1]), b[hc + j])));
+  }
+  float cm[hc][hc];
+#pragma unroll
+  for (int j = 0; j < hc; ++j) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < hc; ++k) {
+      const int i = 2 * hc + j * hc + k;
+      cm[j][k] = __fadd_rn(__fmul_rn(__fmul_rn(m[i], r), sc[2]), b[i]);
+      mx = fmaxf(mx, cm[j][k]);
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < hc; ++k) {
+      cm[j][k] = expf(__fsub_rn(cm[j][k], mx));
+      sum = __fadd_rn(sum, cm[j][k]);
+    }
+#pragma unroll
+    for (int k = 0; k < hc; ++k)
+      cm[j][k] = __fadd_rn(__fdiv_rn(cm[j][k], sum), eps);
+  }
+  auto normalize_columns = [&] {
+#pragma unroll
+    for (int k = 0; k < hc; ++k) {
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < hc; ++j)
+        s = __fadd_rn(s, cm[j][k]);
+      const float d = __fadd_rn(s, eps);
+#pragma unroll
+      for (int j = 0; j < hc; ++j)
+        cm[j][k] = __fdiv_rn(cm[j][k], d);
+    }
+  };
+  normalize_columns();
+  for (int it = 0; it + 1 < p.sinkhorn_iters; ++it) {
+#pragma unroll
+    for (int j = 0; j < hc; ++j) {
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < hc; ++k)
+        s = __fadd_rn(s, cm[j][k]);
+      const float d = __fadd_rn(s, eps);
+#pragma unroll
+      for (int k = 0; k < hc; ++k)
+        cm[j][k] = __fdiv_rn(cm[j][k], d);
+    }
+    normalize_columns();
+  }
+#pragma unroll
+  for (int j = 0; j < hc; ++j) {
+#pragma unroll
+    for (int k = 0; k < hc; ++k)
+      p.comb[t * hc * hc + j * hc + k] = cm[j][k];
+  }
+}
+
+bool aligned(const void* ptr, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+
+// cudaFuncSetAttribute once per device and instantiation (it costs tens of microseconds).
+template <MhcStorage S, int kStages>
+void raise_smem_limit() {
+  static std::atomic<uint64_t> done_devices{0};
+  int device = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit) != 0) return;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(mhc_pre_partial_kernel<S, kStages>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     smem_bytes<S, kStages>()));
+  done_devices.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+template <MhcStorage S, int kStages>
+void launch_partial(const MhcPreParams& p, int splits, cudaStream_t stream) {
+  raise_smem_limit<S, kStages>();
+  const int64_t tiles = (p.tokens + TileCfg<S>::kRows - 1) / TileCfg<S>::kRows;
+  DI_CHECK(tiles < (int64_t{1} << 31), "mhc_pre: {} tokens is too many", p.tokens);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
+  const int chunks_per_split = static_cast<int>(p.dim / kChunk / splits);
+  mhc_pre_partial_kernel<S, kStages>
+      <<<grid, kThreads, smem_bytes<S, kStages>(), stream>>>(p, chunks_per_split);
+  DI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void mhc_pre_with_stages(const MhcPreParams& p, int stages, cudaStream_t stream) {
+  DI_CHECK(p.tokens >= 0, "mhc_pre: negative token count {}", p.tokens);
+  DI_CHECK(stages == 2 || stages == 3, "mhc_pre: {} pipeline stages (2 or 3)", stages);
+  const int splits = mhc_pre_splits(p.dim);  // checks dim
+  if (p.tokens == 0) return;
+  DI_CHECK(p.stream != nullptr && p.fn_packed != nullptr && p.scale != nullptr &&
+               p.base != nullptr && p.carried_pre != nullptr && p.collapsed != nullptr &&
+               p.pre != nullptr && p.post != nullptr && p.comb != nullptr && p.workspace != nullptr,
+           "mhc_pre: null pointer (T={}, dim={})", p.tokens, p.dim);
+  DI_CHECK(aligned(p.stream, 16) && aligned(p.fn_packed, 16) && aligned(p.collapsed, 8),
+           "mhc_pre: stream / fn_packed must be 16-byte and collapsed 8-byte aligned");
+  DI_CHECK(p.sinkhorn_iters >= 1, "mhc_pre: sinkhorn_iters {} < 1", p.sinkhorn_iters);
+  const bool bf16 = p.storage == MhcStorage::kBf16;
+  if (stages == 2) {
+    bf16 ? launch_partial<MhcStorage::kBf16, 2>(p, splits, stream)
+         : launch_partial<MhcStorage::kF32, 2>(p, splits, stream);
+  } else {
+    bf16 ? launch_partial<MhcStorage::kBf16, 3>(p, splits, stream)
+         : launch_partial<MhcStorage::kF32, 3>(p, splits, stream);
+  }
+  // Small blocks: the per-token epilogue is latency-bound, so spread it over many SMs.
+  constexpr int kFinalizeThreads = 32;
+  const int64_t blocks = (p.tokens + kFinalizeThreads - 1) / kFinalizeThreads;
+  mhc_pre_finalize_kernel<<<static_cast<unsigned>(blocks), kFinalizeThreads, 0, stream>>>(p,
+                                                                                          splits);
+  DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void mhc_pre(const MhcPreParams& p, cudaStream_t stream) {
+  mhc_pre_with_stages(p, kDefaultStages, stream);
+}
+
+}  // namespace di
