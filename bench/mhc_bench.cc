@@ -4,7 +4,8 @@
 // written + fn read; post = y + old stream read + new stream written + 20 coefficients read.
 // The pre side's workspace traffic (partial sums, 16 splits x 25 floats per token) is overhead
 // and is not counted. Prints one line per (side, storage, T); stdout carries results only.
-// pre = mhc_pre (default: 2-stage pipeline, 3 CTAs/SM), pre3 = the 3-stage variant (2 CTAs/SM).
+// pre = mhc_pre (default: 2-stage pipeline, 3 CTAs/SM, persistent grid), pre3 = the 3-stage
+// variant (2 CTAs/SM), preI = 2 stages with one CTA per (split, token tile) item.
 
 #include <cuda_runtime_api.h>
 
@@ -150,6 +151,8 @@ int main() {
         const int iters = t >= 4096 ? 20 : 50;
         const Timing tp = time_ms(s, iters, [&] { di::mhc_pre(p, s); });
         const Timing tp2 = time_ms(s, iters, [&] { di::mhc_pre_with_stages(p, 3, s); });
+        const Timing tpi =
+            time_ms(s, iters, [&] { di::mhc_pre_with_config(p, 2, di::MhcPreGrid::kPerItem, s); });
         const double pre_bytes = static_cast<double>(t * hc * dim * es + t * dim * es) +
                                  static_cast<double>(t * hc * 4 + t * mix * 4) +
                                  static_cast<double>(mix * hc * dim * 4);
@@ -174,6 +177,10 @@ int main() {
         std::printf("%-5s %-5s %6lld %10.2f %10.1f %10.1f %10.1f %7.0f%%\n", "pre3", sname,
                     static_cast<long long>(t), pre_bytes / 1e6, tp2.best_ms * 1e3,
                     tp2.median_ms * 1e3, pre2_gbs, 100.0 * pre2_gbs / copy_gbs);
+        const double prei_gbs = pre_bytes / (tpi.best_ms * 1e-3) / 1e9;
+        std::printf("%-5s %-5s %6lld %10.2f %10.1f %10.1f %10.1f %7.0f%%\n", "preI", sname,
+                    static_cast<long long>(t), pre_bytes / 1e6, tpi.best_ms * 1e3,
+                    tpi.median_ms * 1e3, prei_gbs, 100.0 * prei_gbs / copy_gbs);
         std::printf("%-5s %-5s %6lld %10.2f %10.1f %10.1f %10.1f %7.0f%%\n", "post", sname,
                     static_cast<long long>(t), post_bytes / 1e6, tq.best_ms * 1e3,
                     tq.median_ms * 1e3, post_gbs, 100.0 * post_gbs / copy_gbs);

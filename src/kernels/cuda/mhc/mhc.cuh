@@ -35,8 +35,14 @@ void mhc_pack_fn(const float* fn, int64_t dim, float* packed);
 // `stream`: the fused pass over the stream (partial sums per split) and a per-token finalize.
 void mhc_pre(const MhcPreParams& params, cudaStream_t stream);
 
-// mhc_pre with a chosen pipeline depth (2 or 3 shared-memory stages), for benchmarks; mhc_pre uses
-// the measured best (docs/design/cuda_mhc.md). Results are bitwise the same for both.
+// Grid of the pre pass. kPersistent: as many CTAs as the device holds at once, each a contiguous
+// range of (split, token tile) items with one pipeline across them. kPerItem: one CTA per item.
+enum class MhcPreGrid : uint8_t { kPersistent, kPerItem };
+
+// mhc_pre with a chosen pipeline depth (2 or 3 shared-memory stages) and grid, for benchmarks;
+// mhc_pre uses the measured best (docs/design/cuda_mhc.md). Results are bitwise the same for all.
+void mhc_pre_with_config(const MhcPreParams& params, int stages, MhcPreGrid grid,
+                         cudaStream_t stream);
 void mhc_pre_with_stages(const MhcPreParams& params, int stages, cudaStream_t stream);
 
 // Post side (hc_expand). One launch.

@@ -3,8 +3,10 @@
 // Sinkhorn epilogue, and the collapse sum_j carried_pre[j] * X_j. The collapse uses the carried
 // pre of the PREVIOUS site, known before X is read, so mixes and collapse share one read of X.
 //
-// Pass 1 (mhc_pre_partial_kernel), grid = token tiles x D-splits. A CTA streams its rows' slice
-// of X (all 4 copies, kChunk d at a time) through a 3-stage cp.async pipeline into shared memory.
+// Pass 1 (mhc_pre_partial_kernel), a persistent grid (as many CTAs as are resident) over the work
+// items (D-split, token tile), split-major, each CTA a contiguous range. A CTA streams its items'
+// slices of X (all 4 copies, kChunk d at a time, with the rows' carried pre) through one cp.async
+// pipeline into shared memory that runs on across item boundaries.
 // Warp w owns d-block w (16 d) of each chunk and, from registers:
 //  - the 24 dot products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate): rows =
 //    tokens, k = d, n = mixes. fn is split into three bf16 pieces (f = f0 + f1 + f2 exactly for
@@ -15,8 +17,9 @@
 //    (token, d) positions of all 4 copies), written straight to `collapsed`.
 // Partial sums go to the workspace, one slot per (split, token); the warps of a CTA and the
 // splits are combined in a fixed order, so a row's result never depends on T or on its tile.
-// Pass 2 (mhc_pre_finalize_kernel): one thread per token sums the splits in order and runs the
-// sigmoid / softmax / Sinkhorn epilogue exactly as cpu::hc_mixes.
+// Pass 2 (mhc_pre_finalize_kernel): 16 lanes per token (one per comb entry) sum the splits in
+// order and run the sigmoid / softmax / Sinkhorn epilogue exactly as cpu::hc_mixes (row and column
+// sums gathered by shuffles and added in the CPU's order).
 
 #include <cuda_bf16.h>
 
@@ -30,9 +33,10 @@
 namespace di {
 namespace {
 
-constexpr int kThreads = 128;             // 4 warps, one per 16-d block of a chunk
-constexpr int kChunk = 64;                // d per pipeline stage (all 4 copies)
-constexpr int kDefaultStages = 2;         // measured faster at T >= 4096 (docs/design/cuda_mhc.md)
+constexpr int kThreads = 128;      // 4 warps, one per 16-d block of a chunk
+constexpr int kChunk = 64;         // d per pipeline stage (all 4 copies)
+constexpr int kDefaultStages = 2;  // measured faster at T >= 4096 (docs/design/cuda_mhc.md)
+constexpr MhcPreGrid kDefaultGrid = MhcPreGrid::kPersistent;
 constexpr int kPartials = kMhcMixes + 1;  // 24 dot products + the sum of squares
 
 // Tile shapes per storage. A stage is kRows token rows x 4 copies x kChunk d; each row is padded
@@ -53,20 +57,33 @@ struct TileCfg<MhcStorage::kF32> {
   static constexpr int kRowBytes = kMhcStreams * kChunk * 4 + 32;
 };
 
+// A stage: kRows padded rows of X, then the rows' carried pre [kRows][4] fp32.
 template <MhcStorage S>
-constexpr int stage_bytes() {
+constexpr int stage_x_bytes() {
   return TileCfg<S>::kRows * TileCfg<S>::kRowBytes;
 }
+template <MhcStorage S>
+constexpr int stage_bytes() {
+  return stage_x_bytes<S>() + TileCfg<S>::kRows * kMhcStreams * 4;
+}
 
+// Stages, then the warp-combine buffer [kRows][kPartials].
 template <MhcStorage S, int kStages>
 constexpr int smem_bytes() {
-  return kStages * stage_bytes<S>() + TileCfg<S>::kRows * kMhcStreams * 4;
+  return kStages * stage_bytes<S>() + TileCfg<S>::kRows * kPartials * 4;
 }
 
 __device__ __forceinline__ void cp_async16(void* smem_ptr, const void* gptr, bool valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_ptr));
   const int src_bytes = valid ? 16 : 0;  // 0: zero-fill, nothing is read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gptr),
+               "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async4(void* smem_ptr, const void* gptr, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_ptr));
+  const int src_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gptr),
                "r"(src_bytes));
 }
 
@@ -116,63 +133,89 @@ __device__ __forceinline__ float bf16_hi(uint32_t w) {
 // kStages = 3: 2 CTAs per SM; kStages = 2: 3 CTAs per SM (register cap 170).
 template <MhcStorage S, int kStages>
 __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
-    mhc_pre_partial_kernel(MhcPreParams p, int chunks_per_split) {
+    mhc_pre_partial_kernel(MhcPreParams p, int splits, int chunks_per_split, int64_t tiles) {
   using Cfg = TileCfg<S>;
   using Elem = typename Cfg::Elem;
   constexpr int kRows = Cfg::kRows;
   constexpr int kMt = kRows / 16;  // m-tiles per warp
   constexpr int kRowBytes = Cfg::kRowBytes;
   constexpr int kStage = stage_bytes<S>();
+  constexpr int kStageX = stage_x_bytes<S>();
   constexpr int kSegPieces = kChunk * static_cast<int>(sizeof(Elem)) / 16;  // 16 B per cp.async
   constexpr int kPieces = kRows * kMhcStreams * kSegPieces;
 
   extern __shared__ __align__(16) unsigned char smem[];
-  float* pre_s = reinterpret_cast<float*>(smem + kStages * kStage);  // [kRows][4]
+  float* red = reinterpret_cast<float*>(smem + kStages * kStage);  // [kRows][kPartials]
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int64_t tokens = p.tokens, dim = p.dim;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRows;
-  const int rows = static_cast<int>(tokens - t0 < kRows ? tokens - t0 : kRows);
-  const int64_t chunk0 = static_cast<int64_t>(blockIdx.y) * chunks_per_split;
   const Elem* x = static_cast<const Elem*>(p.stream);
 
-  for (int i = tid; i < kRows * kMhcStreams; i += kThreads) {
-    pre_s[i] = i / kMhcStreams < rows ? p.carried_pre[t0 * kMhcStreams + i] : 0.0f;
-  }
+  // This CTA's contiguous range of items (split-major: item = split * tiles + tile). Positions
+  // are walked with cursors (no per-step division).
+  const int64_t items = tiles * splits;
+  const int64_t item_begin = items * blockIdx.x / gridDim.x;
+  const int64_t item_end = items * (blockIdx.x + 1) / gridDim.x;
+  const int cps = chunks_per_split;
+  const int nsteps = static_cast<int>((item_end - item_begin) * cps);
 
-  auto load_stage = [&](int c, int buf) {
-    const int64_t d0 = (chunk0 + c) * kChunk;
+  struct Step {
+    int64_t t0, d0;
+    int rows, split, c;
+  };
+  struct Cursor {
+    int tile, split, c;
+  };
+  const Cursor start{static_cast<int>(item_begin % tiles), static_cast<int>(item_begin / tiles), 0};
+  auto advance = [&](Cursor& cur) {
+    if (++cur.c == cps) {
+      cur.c = 0;
+      if (++cur.tile == tiles) {
+        cur.tile = 0;
+        ++cur.split;
+      }
+    }
+  };
+  auto step_of = [&](const Cursor& cur) {
+    Step st;
+    st.c = cur.c;
+    st.split = cur.split;
+    st.t0 = static_cast<int64_t>(cur.tile) * kRows;
+    st.rows = static_cast<int>(tokens - st.t0 < kRows ? tokens - st.t0 : kRows);
+    st.d0 = (static_cast<int64_t>(st.split) * cps + st.c) * kChunk;
+    return st;
+  };
+  Cursor lcur = start, ccur = start;  // next load, next compute
+
+  auto load_stage = [&](int buf) {
+    const Step st = step_of(lcur);
+    advance(lcur);
     unsigned char* dst = smem + buf * kStage;
     for (int i = tid; i < kPieces; i += kThreads) {
       const int r = i / (kMhcStreams * kSegPieces);
       const int rem = i % (kMhcStreams * kSegPieces);
       const int j = rem / kSegPieces, s = rem % kSegPieces;
-      const bool valid = r < rows;
+      const bool valid = r < st.rows;
       const Elem* src =
-          valid ? x + ((t0 + r) * kMhcStreams + j) * dim + d0 + s * (16 / sizeof(Elem)) : x;
+          valid ? x + ((st.t0 + r) * kMhcStreams + j) * dim + st.d0 + s * (16 / sizeof(Elem)) : x;
       cp_async16(dst + r * kRowBytes + j * kChunk * static_cast<int>(sizeof(Elem)) + s * 16, src,
                  valid);
     }
+    float* pre_dst = reinterpret_cast<float*>(dst + kStageX);
+    for (int i = tid; i < kRows * kMhcStreams; i += kThreads) {
+      const bool valid = i / kMhcStreams < st.rows;
+      cp_async4(pre_dst + i, valid ? p.carried_pre + st.t0 * kMhcStreams + i : p.carried_pre,
+                valid);
+    }
   };
 
-  float acc[kMt][3][4];
-  float ss[kMt][2];
-#pragma unroll
-  for (int mt = 0; mt < kMt; ++mt) {
-    ss[mt][0] = ss[mt][1] = 0.0f;
-#pragma unroll
-    for (int n = 0; n < 3; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc[mt][n][e] = 0.0f;
-    }
-  }
+  float acc[kMt][3][4] = {};
+  float ss[kMt][2] = {};
 
-  const int nchunks = chunks_per_split;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nchunks) load_stage(s, s);
+    if (s < nsteps) load_stage(s);
     cp_async_commit();
   }
 
@@ -180,17 +223,33 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
   const float4* fn4 = reinterpret_cast<const float4*>(p.fn_packed);
   Elem* out = static_cast<Elem*>(p.collapsed);
 
-  for (int c = 0; c < nchunks; ++c) {
+  for (int step = 0, cbuf = 0, lbuf = kStages - 1; step < nsteps; ++step) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    {
-      const int nc = c + kStages - 1;
-      if (nc < nchunks) load_stage(nc, nc % kStages);
-      cp_async_commit();
-    }
-    const unsigned char* buf = smem + (c % kStages) * kStage;
-    const int64_t d0 = (chunk0 + c) * kChunk;
+    if (step + kStages - 1 < nsteps) load_stage(lbuf);
+    cp_async_commit();
+    lbuf = lbuf + 1 == kStages ? 0 : lbuf + 1;
+    const Step st = step_of(ccur);
+    advance(ccur);
+    const int rows = st.rows;
+    const int64_t t0 = st.t0, d0 = st.d0;
+    const unsigned char* buf = smem + cbuf * kStage;
+    cbuf = cbuf + 1 == kStages ? 0 : cbuf + 1;
+    const float* pre_s = reinterpret_cast<const float*>(buf + kStageX);
     const int64_t kb0 = d0 / 16 + warp;  // this warp's k16 block within copy 0
+
+    if (st.c == 0) {
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        ss[mt][0] = ss[mt][1] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < 3; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            acc[mt][n][e] = 0.0f;
+        }
+      }
+    }
 
     float col[kMt][8];
 #pragma unroll
@@ -227,6 +286,9 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
 
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
+        // An m-tile with no valid row is skipped (warp-uniform); MMA rows are independent, so
+        // the valid rows' results are the same either way.
+        if (mt * 16 >= rows) continue;
         const int r_lo = mt * 16 + g;
         const unsigned char* row_lo =
             buf + r_lo * kRowBytes + (j * kChunk + warp * 16) * static_cast<int>(sizeof(Elem));
@@ -306,163 +368,181 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
         }
       }
     }
+
+    if (st.c != cps - 1) continue;
+      // End of an item: combine the 4 warps (d-blocks) in warp order, ((w0 + w1) + w2) + w3,
+      // through red[row][25]; warp 3 writes the item's partials to the workspace. The next write
+      // of red (warp 0, next item) comes after at least one more top-of-step barrier.
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float v = ss[mt][half];
+        v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+        v += __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+        ss[mt][half] = v;
+      }
+    }
+    float* ws = p.workspace + (static_cast<int64_t>(st.split) * tokens + t0) * kPartials;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) {
+      if (warp == w) {
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          if (mt * 16 >= rows) continue;
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int r = mt * 16 + g + 8 * half;
+            float* dst = (w == kThreads / 32 - 1) ? ws : red;
+            const bool store = w < kThreads / 32 - 1 || r < rows;
+#pragma unroll
+            for (int n = 0; n < 3; ++n) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int i = r * kPartials + n * 8 + 2 * q + e;
+                float v = acc[mt][n][half * 2 + e];
+                if (w > 0) v = red[i] + v;
+                if (store) dst[i] = v;
+              }
+            }
+            if (q == 0) {
+              const int i = r * kPartials + kMhcMixes;
+              float v = ss[mt][half];
+              if (w > 0) v = red[i] + v;
+              if (store) dst[i] = v;
+            }
+          }
+        }
+      }
+      if (w < kThreads / 32 - 1) __syncthreads();
+    }
   }
   cp_async_wait<0>();
-  __syncthreads();
-
-  // Combine the 4 warps (d-blocks) in a fixed order through shared memory: red[w][row][25].
-  float* red = reinterpret_cast<float*>(smem);
-#pragma unroll
-  for (int mt = 0; mt < kMt; ++mt) {
-    const int r_lo = mt * 16 + g;
-#pragma unroll
-    for (int n = 0; n < 3; ++n) {
-      float* lo = red + (warp * kRows + r_lo) * kPartials + n * 8 + 2 * q;
-      float* hi = lo + 8 * kPartials;
-      lo[0] = acc[mt][n][0];
-      lo[1] = acc[mt][n][1];
-      hi[0] = acc[mt][n][2];
-      hi[1] = acc[mt][n][3];
-    }
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float v = ss[mt][half];
-      v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
-      v += __shfl_xor_sync(0xFFFFFFFFu, v, 2);
-      if (q == 0) red[(warp * kRows + r_lo + 8 * half) * kPartials + kMhcMixes] = v;
-    }
-  }
-  __syncthreads();
-  float* ws = p.workspace + (static_cast<int64_t>(blockIdx.y) * tokens + t0) * kPartials;
-  for (int i = tid; i < rows * kPartials; i += kThreads) {
-    float v = red[i];
-#pragma unroll
-    for (int w = 1; w < kThreads / 32; ++w)
-      v += red[w * kRows * kPartials + i];
-    ws[i] = v;
-  }
 }
 
 __device__ __forceinline__ float sigmoid(float v) {
   return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-v)));
 }
 
-// One thread per token: the splits' partial sums in order, then cpu::hc_mixes' epilogue.
+constexpr int kMaxSplits = 16;  // mhc_pre_splits(dim) <= 16 (mhc_pack.cc)
+
+// 16 lanes per token, lane e = comb entry (j, k) = (e / 4, e % 4). Lane e sums partial 8 + e and,
+// for e <= 8, partial e (pre / post mixes; e = 8: the sum of squares, partial 24) over the splits
+// in order, then runs cpu::hc_mixes' epilogue; every value sees the same operation sequence as in
+// the CPU reference, the row / column sums gathered by shuffles and added in index order.
 __global__ void mhc_pre_finalize_kernel(MhcPreParams p, int splits) {
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= p.tokens) return;
-  float m[kPartials];
+  constexpr int hc = kMhcStreams;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int e = lane & 15, base = lane & 16, j = e >> 2, k = e & 3;
+  const int64_t t_raw = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  const bool live = t_raw < p.tokens;
+  const int64_t t = live ? t_raw : p.tokens - 1;  // dead lanes still take part in the shuffles
+  const int64_t stride = p.tokens * kPartials;
+  const float* w = p.workspace + t * kPartials;
+  const int ai = e < 8 ? e : kMhcMixes;
+  float vc[kMaxSplits], va[kMaxSplits];
 #pragma unroll
-  for (int i = 0; i < kPartials; ++i)
-    m[i] = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const float* w = p.workspace + (s * p.tokens + t) * kPartials;
-#pragma unroll
-    for (int i = 0; i < kPartials; ++i)
-      m[i] = __fadd_rn(m[i], w[i]);
+  for (int s = 0; s < kMaxSplits; ++s) {
+    vc[s] = s < splits ? __ldg(w + s * stride + 2 * hc + e) : 0.0f;
+    va[s] = s < splits && e <= 8 ? __ldg(w + s * stride + ai) : 0.0f;
   }
+  float mc = 0.0f, ma = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kMaxSplits; ++s) {
+    if (s < splits) {
+      mc = __fadd_rn(mc, vc[s]);
+      ma = __fadd_rn(ma, va[s]);
+    }
+  }
+  const float sq = __shfl_sync(0xFFFFFFFFu, ma, base + 8);
   const float width = static_cast<float>(kMhcStreams * p.dim);
-  const float r =
-      __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(m[kMhcMixes], width), p.norm_eps)));
+  const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sq, width), p.norm_eps)));
   const float eps = p.hc_eps;
   const float* sc = p.scale;
   const float* b = p.base;
-  constexpr int hc = kMhcStreams;
-#pragma unroll
-  for (int j = 0; j < hc; ++j) {
-    const float mp = __fmul_rn(m[j], r), mq = __fmul_rn(m[hc + j], r);
-    p.pre[t * hc + j] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mp, sc[0]), b[j])), eps);
-    p.post[t * hc + j] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mq, sc[1]), b[hc + j])));
+  if (live && e < hc) {
+    const float mp = __fmul_rn(ma, r);
+    p.pre[t * hc + e] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mp, sc[0]), b[e])), eps);
+  } else if (live && e < 2 * hc) {
+    const float mq = __fmul_rn(ma, r);
+    p.post[t * hc + e - hc] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mq, sc[1]), b[e])));
   }
-  float cm[hc][hc];
+  auto row_sum = [&](float v) {  // ((0 + v[j][0]) + v[j][1]) + ... over this lane's row
+    float s = 0.0f;
 #pragma unroll
-  for (int j = 0; j < hc; ++j) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < hc; ++k) {
-      const int i = 2 * hc + j * hc + k;
-      cm[j][k] = __fadd_rn(__fmul_rn(__fmul_rn(m[i], r), sc[2]), b[i]);
-      mx = fmaxf(mx, cm[j][k]);
-    }
-    float sum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < hc; ++k) {
-      cm[j][k] = expf(__fsub_rn(cm[j][k], mx));
-      sum = __fadd_rn(sum, cm[j][k]);
-    }
-#pragma unroll
-    for (int k = 0; k < hc; ++k)
-      cm[j][k] = __fadd_rn(__fdiv_rn(cm[j][k], sum), eps);
-  }
-  auto normalize_columns = [&] {
-#pragma unroll
-    for (int k = 0; k < hc; ++k) {
-      float s = 0.0f;
-#pragma unroll
-      for (int j = 0; j < hc; ++j)
-        s = __fadd_rn(s, cm[j][k]);
-      const float d = __fadd_rn(s, eps);
-#pragma unroll
-      for (int j = 0; j < hc; ++j)
-        cm[j][k] = __fdiv_rn(cm[j][k], d);
-    }
+    for (int kk = 0; kk < hc; ++kk)
+      s = __fadd_rn(s, __shfl_sync(0xFFFFFFFFu, v, base + j * hc + kk));
+    return s;
   };
-  normalize_columns();
+  auto col_sum = [&](float v) {  // over this lane's column, j ascending
+    float s = 0.0f;
+#pragma unroll
+    for (int jj = 0; jj < hc; ++jj)
+      s = __fadd_rn(s, __shfl_sync(0xFFFFFFFFu, v, base + jj * hc + k));
+    return s;
+  };
+  float cm = __fadd_rn(__fmul_rn(__fmul_rn(mc, r), sc[2]), b[2 * hc + e]);
+  float mx = -INFINITY;
+#pragma unroll
+  for (int kk = 0; kk < hc; ++kk)
+    mx = fmaxf(mx, __shfl_sync(0xFFFFFFFFu, cm, base + j * hc + kk));
+  cm = expf(__fsub_rn(cm, mx));
+  cm = __fadd_rn(__fdiv_rn(cm, row_sum(cm)), eps);
+  cm = __fdiv_rn(cm, __fadd_rn(col_sum(cm), eps));
   for (int it = 0; it + 1 < p.sinkhorn_iters; ++it) {
-#pragma unroll
-    for (int j = 0; j < hc; ++j) {
-      float s = 0.0f;
-#pragma unroll
-      for (int k = 0; k < hc; ++k)
-        s = __fadd_rn(s, cm[j][k]);
-      const float d = __fadd_rn(s, eps);
-#pragma unroll
-      for (int k = 0; k < hc; ++k)
-        cm[j][k] = __fdiv_rn(cm[j][k], d);
-    }
-    normalize_columns();
+    cm = __fdiv_rn(cm, __fadd_rn(row_sum(cm), eps));
+    cm = __fdiv_rn(cm, __fadd_rn(col_sum(cm), eps));
   }
-#pragma unroll
-  for (int j = 0; j < hc; ++j) {
-#pragma unroll
-    for (int k = 0; k < hc; ++k)
-      p.comb[t * hc * hc + j * hc + k] = cm[j][k];
-  }
+  if (live) p.comb[t * hc * hc + e] = cm;
 }
 
 bool aligned(const void* ptr, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
-// cudaFuncSetAttribute once per device and instantiation (it costs tens of microseconds).
+// Once per device and instantiation (cudaFuncSetAttribute costs tens of microseconds): raise the
+// shared-memory limit and return the number of CTAs the device holds at once (the persistent
+// grid). The grid size changes only which CTA does an item, never how a row is computed.
 template <MhcStorage S, int kStages>
-void raise_smem_limit() {
-  static std::atomic<uint64_t> done_devices{0};
+int resident_ctas() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
   int device = 0;
   DI_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit) != 0) return;
+  if (device < kMaxDevices) {
+    const int n = cached[device].load(std::memory_order_acquire);
+    if (n > 0) return n;
+  }
   DI_CUDA_CHECK(cudaFuncSetAttribute(mhc_pre_partial_kernel<S, kStages>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      smem_bytes<S, kStages>()));
-  done_devices.fetch_or(bit, std::memory_order_acq_rel);
+  int per_sm = 0, sms = 0;
+  DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, mhc_pre_partial_kernel<S, kStages>, kThreads, smem_bytes<S, kStages>()));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int n = per_sm * sms > 0 ? per_sm * sms : 1;
+  if (device < kMaxDevices) cached[device].store(n, std::memory_order_release);
+  return n;
 }
 
 template <MhcStorage S, int kStages>
-void launch_partial(const MhcPreParams& p, int splits, cudaStream_t stream) {
-  raise_smem_limit<S, kStages>();
+void launch_partial(const MhcPreParams& p, int splits, MhcPreGrid mode, cudaStream_t stream) {
+  const int64_t resident = resident_ctas<S, kStages>();
   const int64_t tiles = (p.tokens + TileCfg<S>::kRows - 1) / TileCfg<S>::kRows;
-  DI_CHECK(tiles < (int64_t{1} << 31), "mhc_pre: {} tokens is too many", p.tokens);
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
+  const int64_t items = tiles * splits;
+  const int64_t grid = mode == MhcPreGrid::kPersistent && items > resident ? resident : items;
   const int chunks_per_split = static_cast<int>(p.dim / kChunk / splits);
+  DI_CHECK(items < (int64_t{1} << 31) && (items / grid + 1) * chunks_per_split < (int64_t{1} << 31),
+           "mhc_pre: {} tokens is too many", p.tokens);
   mhc_pre_partial_kernel<S, kStages>
-      <<<grid, kThreads, smem_bytes<S, kStages>(), stream>>>(p, chunks_per_split);
+      <<<static_cast<unsigned>(grid), kThreads, smem_bytes<S, kStages>(), stream>>>(
+          p, splits, chunks_per_split, tiles);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
-void mhc_pre_with_stages(const MhcPreParams& p, int stages, cudaStream_t stream) {
+void mhc_pre_with_config(const MhcPreParams& p, int stages, MhcPreGrid grid, cudaStream_t stream) {
   DI_CHECK(p.tokens >= 0, "mhc_pre: negative token count {}", p.tokens);
   DI_CHECK(stages == 2 || stages == 3, "mhc_pre: {} pipeline stages (2 or 3)", stages);
   const int splits = mhc_pre_splits(p.dim);  // checks dim
@@ -476,22 +556,27 @@ void mhc_pre_with_stages(const MhcPreParams& p, int stages, cudaStream_t stream)
   DI_CHECK(p.sinkhorn_iters >= 1, "mhc_pre: sinkhorn_iters {} < 1", p.sinkhorn_iters);
   const bool bf16 = p.storage == MhcStorage::kBf16;
   if (stages == 2) {
-    bf16 ? launch_partial<MhcStorage::kBf16, 2>(p, splits, stream)
-         : launch_partial<MhcStorage::kF32, 2>(p, splits, stream);
+    bf16 ? launch_partial<MhcStorage::kBf16, 2>(p, splits, grid, stream)
+         : launch_partial<MhcStorage::kF32, 2>(p, splits, grid, stream);
   } else {
-    bf16 ? launch_partial<MhcStorage::kBf16, 3>(p, splits, stream)
-         : launch_partial<MhcStorage::kF32, 3>(p, splits, stream);
+    bf16 ? launch_partial<MhcStorage::kBf16, 3>(p, splits, grid, stream)
+         : launch_partial<MhcStorage::kF32, 3>(p, splits, grid, stream);
   }
-  // Small blocks: the per-token epilogue is latency-bound, so spread it over many SMs.
-  constexpr int kFinalizeThreads = 32;
-  const int64_t blocks = (p.tokens + kFinalizeThreads - 1) / kFinalizeThreads;
+  // 16 lanes per token, 4 tokens per block: the epilogue is latency-bound, so spread it wide.
+  DI_CHECK(splits <= kMaxSplits, "mhc_pre: {} splits > {}", splits, kMaxSplits);
+  constexpr int kFinalizeThreads = 64;
+  const int64_t blocks = (p.tokens * 16 + kFinalizeThreads - 1) / kFinalizeThreads;
   mhc_pre_finalize_kernel<<<static_cast<unsigned>(blocks), kFinalizeThreads, 0, stream>>>(p,
                                                                                           splits);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
+void mhc_pre_with_stages(const MhcPreParams& p, int stages, cudaStream_t stream) {
+  mhc_pre_with_config(p, stages, kDefaultGrid, stream);
+}
+
 void mhc_pre(const MhcPreParams& p, cudaStream_t stream) {
-  mhc_pre_with_stages(p, kDefaultStages, stream);
+  mhc_pre_with_config(p, kDefaultStages, kDefaultGrid, stream);
 }
 
 }  // namespace di
