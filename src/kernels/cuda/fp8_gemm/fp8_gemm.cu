@@ -95,6 +95,14 @@ Fp8GemmPlan plan_fp8_gemm(int64_t m, int64_t n, int64_t k, int block, int sm_cou
   p.n = n;
   p.k = k;
   p.block = block;
+  // Fixed split-K (a function of n, k and the SM count, never of m): enough chunks that narrow
+  // decode tiles (block_n 32) give about two CTAs per multiprocessor, at most 5 (measured on
+  // the H200: clusters of 6-8 CTAs were slower than 5) and at least 4 stages (512 columns) each.
+  const int64_t k_stages = ceil_div(k, 128);
+  const int64_t want = std::clamp<int64_t>((2 * sm_count) / ceil_div(n, 32), 1, 5);
+  const int64_t chunks_target = std::max<int64_t>(1, std::min(want, k_stages / 4));
+  p.chunk_stages = static_cast<int>(ceil_div(k_stages, chunks_target));
+  p.num_chunks = static_cast<int>(ceil_div(k_stages, p.chunk_stages));
   if (m <= kDecodeMaxM) {
     // Weight streaming: the widest tile that still gives every multiprocessor a CTA.
     p.block_m = 64;
@@ -102,7 +110,7 @@ Fp8GemmPlan plan_fp8_gemm(int64_t m, int64_t n, int64_t k, int block, int sm_cou
     const int64_t m_tiles = ceil_div(m, 64);
     p.block_n = 16;
     for (int bn : {128, 64, 32}) {
-      if (ceil_div(n, bn) * m_tiles >= sm_count) {
+      if (ceil_div(n, bn) * m_tiles * p.num_chunks >= sm_count) {
         p.block_n = bn;
         break;
       }
@@ -111,11 +119,12 @@ Fp8GemmPlan plan_fp8_gemm(int64_t m, int64_t n, int64_t k, int block, int sm_cou
   } else {
     p.block_m = 128;
     p.block_n = 128;
-    p.stages = fp8_sm90::kPrefillStages;
+    p.stages = p.num_chunks == 1 ? fp8_sm90::kPrefillStages : fp8_sm90::kPrefillFoldStages;
     p.a_box_rows = 128;
   }
   p.smem_bytes = fp8_sm90::sm90_smem_bytes(p.block_m, p.block_n, block, p.stages,
-                                           static_cast<int>(ceil_div(k, block)));
+                                           static_cast<int>(ceil_div(k, block)),
+                                           p.block_m == 128 && p.num_chunks > 1);
   DI_CHECK(p.smem_bytes <= kMaxSmem, "fp8_gemm: k={} needs {} bytes of shared memory", k,
            p.smem_bytes);
   p.grid_m = static_cast<unsigned>(ceil_div(m, p.block_m));
@@ -160,6 +169,7 @@ void fp8_gemm(const Fp8GemmParams& p, const Fp8GemmPlan& plan, cudaStream_t stre
   l.args.num_k_stages = static_cast<int>(ceil_div(p.k, 128));
   l.args.scale_rows = static_cast<int>(ceil_div(p.n, p.block));
   l.args.a_stage_bytes = static_cast<uint32_t>(plan.a_box_rows) * 128u;
+  l.args.chunk_stages = plan.chunk_stages;
 
   switch (plan.arch) {
     case Fp8GemmArch::kSm90:

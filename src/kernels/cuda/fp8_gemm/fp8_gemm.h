@@ -26,6 +26,12 @@ struct Fp8GemmPlan {
   int block_n = 128;     // 16, 32, 64 or 128
   int stages = 4;        // shared-memory pipeline depth, 128 K-columns per stage
   int a_box_rows = 128;  // activation rows copied per stage (<= block_m; small m copies fewer)
+  // Fixed split-K: K is cut into num_chunks chunks of chunk_stages x 128 columns, a function of k
+  // only (never of m). Each chunk's fp32 sum restarts at 0; the chunk sums are added in chunk
+  // order. Decode runs one CTA per chunk (cluster of num_chunks, DSMEM combine); prefill folds
+  // the chunks in one CTA: the same fp32 operations, so rows stay bitwise batch-invariant.
+  int chunk_stages = 1;
+  int num_chunks = 1;
   int64_t m = 0, n = 0, k = 0;
   int block = 32;
   size_t smem_bytes = 0;

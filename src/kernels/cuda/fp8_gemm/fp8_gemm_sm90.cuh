@@ -12,6 +12,7 @@
 // on the first), waits, and promotes: acc = fma(partial, s_x * s_w, acc). That order is the same
 // for every tile configuration and every m, so a row's output is independent of the batch.
 
+#include <cooperative_groups.h>
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -62,7 +63,60 @@ __device__ __forceinline__ void store_pair(OutT* out, int64_t row, int col, int 
   }
 }
 
-template <int kBlockN, int kConsumers, int kBlock, int kStages, typename OutT>
+template <int kBlockN, typename OutT>
+__device__ __forceinline__ void store_tile(OutT* out, const Sm90Args& args,
+                                           const float (&acc)[WgmmaE4m3<kBlockN>::kRegs], int n0,
+                                           int row, int lane) {
+  const int64_t r0 = row;
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j) {
+    const int col = n0 + 8 * j + 2 * (lane % 4);
+    if (col >= args.n) continue;
+    if (r0 < args.m) store_pair(out, r0, col, args.n, acc[4 * j], acc[4 * j + 1]);
+    if (r0 + 8 < args.m) store_pair(out, r0 + 8, col, args.n, acc[4 * j + 2], acc[4 * j + 3]);
+  }
+}
+
+// Split-K combine inside the cluster (decode; one consumer warpgroup). Every CTA parks its chunk
+// partial in its own (now idle) pipeline shared memory; after a cluster barrier, rank 0 forms
+// total = c0, total = total + c1, ... in chunk order (the same fp32 adds as the prefill fold),
+// stores the tile, and a second barrier keeps the other CTAs' shared memory alive until then.
+// Every thread of every CTA (producer warpgroup included) calls this exactly once.
+template <int kBlockN, typename OutT>
+__device__ __forceinline__ void split_reduce_and_store(const float* acc, bool consumer,
+                                                       uint8_t* smem, const Sm90Args& args, int n0,
+                                                       int m0, int t, int row0) {
+  namespace cg = cooperative_groups;
+  constexpr int kRegs = WgmmaE4m3<kBlockN>::kRegs;
+  cg::cluster_group cluster = cg::this_cluster();
+  float* park = reinterpret_cast<float*>(smem);  // [kRegs][128]
+  if (consumer) {
+    // The last stage's wgmmas of the other warps may still read the pipeline buffers.
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i)
+      park[i * 128 + t] = acc[i];
+  }
+  cluster.sync();
+  const unsigned chunks = cluster.num_blocks();
+  if (consumer && cluster.block_rank() == 0) {
+    float tot[kRegs];
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i)
+      tot[i] = park[i * 128 + t];
+    for (unsigned r = 1; r < chunks; ++r) {
+      const float* remote = cluster.map_shared_rank(park, r);
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i)
+        tot[i] = tot[i] + remote[i * 128 + t];
+    }
+    store_tile<kBlockN>(static_cast<OutT*>(args.out), args, tot, n0, m0 + row0, t % 32);
+  }
+  cluster.sync();
+}
+
+template <int kBlockN, int kConsumers, int kBlock, int kStages, typename OutT, bool kSplit,
+          bool kFold>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     fp8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                          const __grid_constant__ CUtensorMap map_b,
@@ -81,10 +135,19 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(s_sa + kStages * Cfg::kStageSa / 4);
   uint64_t* empty = full + kStages;
   float* s_sw = reinterpret_cast<float*>(empty + kStages);  // [kScaleCols][num_kb]
+  // Prefill: fp32 chunk totals [kRegs][128 * kConsumers] (per-thread, conflict-free), 16-aligned.
+  [[maybe_unused]] float* s_tot = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(s_sw + Cfg::kScaleCols * args.num_kb) + 15) &
+      ~static_cast<uintptr_t>(15));
 
   const int warpgroup = threadIdx.x / 128;
   const int n0 = blockIdx.x * kBlockN;
   const int m0 = blockIdx.y * Cfg::kBlockM;
+  // Split-K (decode, kSplit): this CTA reduces K-chunk blockIdx.z (= its rank in a 1 x 1 x chunks
+  // cluster). Otherwise (prefill): all chunks, folded into a shared-memory total at each chunk end.
+  const int it_begin = kSplit ? static_cast<int>(blockIdx.z) * args.chunk_stages : 0;
+  const int it_end =
+      kSplit ? min(args.num_k_stages, it_begin + args.chunk_stages) : args.num_k_stages;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -96,32 +159,55 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     tma_prefetch_descriptor(&map_b);
     tma_prefetch_descriptor(&map_sa);
   }
-  // The tile's weight scales, once: kScaleCols weight-block rows x num_kb.
-  const int scale_row0 = n0 / kBlock;
-  for (int i = threadIdx.x; i < Cfg::kScaleCols * args.num_kb; i += Cfg::kThreads) {
-    const int c = i / args.num_kb;
-    const int kb = i - c * args.num_kb;
-    const int r = scale_row0 + c;
-    s_sw[i] = r < args.scale_rows
-                  ? ue8m0_to_float(args.weight_scale[static_cast<int64_t>(r) * args.num_kb + kb])
-                  : 0.0f;
-  }
   __syncthreads();
 
   if (warpgroup == 0) {
-    // Producer: one thread keeps kStages stages of copies in flight.
+    // Producer: one thread keeps kStages stages of copies in flight; the weight copies of the
+    // first stages go out first (the weight-scale loads of the consumers overlap them).
     if (threadIdx.x == 0) {
       const uint32_t tx = args.a_stage_bytes + Cfg::kStageB + Cfg::kStageSa;
-      for (int it = 0; it < args.num_k_stages; ++it) {
-        const int s = it % kStages;
-        if (it >= kStages) mbar_wait(&empty[s], ((it / kStages) - 1) & 1);
+      const int pre = min(kStages, it_end - it_begin);
+      for (int li = 0; li < pre; ++li) {
+        mbar_arrive_expect_tx(&full[li], tx);
+        tma_load_2d(s_b + li * Cfg::kStageB, &map_b, &full[li], (it_begin + li) * kStageK, n0);
+      }
+      for (int li = 0; li < pre; ++li) {
+        const int it = it_begin + li;
+        tma_load_2d(s_a + li * Cfg::kStageA, &map_a, &full[li], it * kStageK, m0);
+        tma_load_2d(s_sa + li * (Cfg::kStageSa / 4), &map_sa, &full[li], m0, it * Cfg::kKbPerStage);
+      }
+      for (int it = it_begin + pre; it < it_end; ++it) {
+        const int li = it - it_begin;
+        const int s = li % kStages;
+        mbar_wait(&empty[s], ((li / kStages) - 1) & 1);
         mbar_arrive_expect_tx(&full[s], tx);
         tma_load_2d(s_a + s * Cfg::kStageA, &map_a, &full[s], it * kStageK, m0);
         tma_load_2d(s_b + s * Cfg::kStageB, &map_b, &full[s], it * kStageK, n0);
         tma_load_2d(s_sa + s * (Cfg::kStageSa / 4), &map_sa, &full[s], m0, it * Cfg::kKbPerStage);
       }
     }
+    if constexpr (kSplit) {
+      split_reduce_and_store<kBlockN, OutT>(nullptr, false, smem, args, n0, m0, 0, 0);
+    }
     return;
+  }
+
+  // The weight scales of this CTA's K-blocks (kScaleCols weight-block rows), loaded by the
+  // consumers while the first copies are in flight; layout [kScaleCols][num_kb].
+  {
+    const int scale_row0 = n0 / kBlock;
+    const int kb0 = it_begin * Cfg::kKbPerStage;
+    const int nkb = min(args.num_kb, it_end * Cfg::kKbPerStage) - kb0;
+    for (int i = threadIdx.x - 128; i < Cfg::kScaleCols * nkb; i += 128 * kConsumers) {
+      const int c = i / nkb;
+      const int kb = kb0 + (i - c * nkb);
+      const int r = scale_row0 + c;
+      s_sw[c * args.num_kb + kb] =
+          r < args.scale_rows
+              ? ue8m0_to_float(args.weight_scale[static_cast<int64_t>(r) * args.num_kb + kb])
+              : 0.0f;
+    }
+    asm volatile("bar.sync 2, %0;" ::"n"(128 * kConsumers) : "memory");
   }
 
   // Consumers.
@@ -144,9 +230,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   for (int i = 0; i < kRegs; ++i)
     acc[i] = 0.0f;
 
-  for (int it = 0; it < args.num_k_stages; ++it) {
-    const int s = it % kStages;
-    mbar_wait(&full[s], (it / kStages) & 1);
+  for (int it = it_begin; it < it_end; ++it) {
+    const int li = it - it_begin;
+    const int s = li % kStages;
+    mbar_wait(&full[s], (li / kStages) & 1);
     const uint64_t desc_a = smem_desc_k128_sw128(s_a + s * Cfg::kStageA + consumer * 64 * kStageK);
     const uint64_t desc_b = smem_desc_k128_sw128(s_b + s * Cfg::kStageB);
     const float* sa = s_sa + s * (Cfg::kStageSa / 4);
@@ -195,16 +282,34 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[s]);
+
+    if constexpr (kFold) {
+      // End of a K-chunk: total = c0, then total = total + c (fixed order), acc restarts at 0.
+      if ((it + 1) % args.chunk_stages == 0 || it + 1 == it_end) {
+        float* tot = s_tot + consumer * 128 + t;
+        const bool first = it < args.chunk_stages;
+#pragma unroll
+        for (int i = 0; i < kRegs; ++i) {
+          const float v = first ? acc[i] : tot[i * 128 * kConsumers] + acc[i];
+          tot[i * 128 * kConsumers] = v;
+          acc[i] = 0.0f;
+        }
+      }
+    }
   }
 
-  OutT* out = static_cast<OutT*>(args.out);
-  const int64_t r0 = static_cast<int64_t>(m0) + row0;
+  if constexpr (kSplit) {
+    split_reduce_and_store<kBlockN, OutT>(acc, true, smem, args, n0, m0, t, row0);
+    return;
+  } else {
+    if constexpr (kFold) {
+      const float* tot = s_tot + consumer * 128 + t;
 #pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j) {
-    const int col = n0 + 8 * j + 2 * (lane % 4);
-    if (col >= args.n) continue;
-    if (r0 < args.m) store_pair(out, r0, col, args.n, acc[4 * j], acc[4 * j + 1]);
-    if (r0 + 8 < args.m) store_pair(out, r0 + 8, col, args.n, acc[4 * j + 2], acc[4 * j + 3]);
+      for (int i = 0; i < kRegs; ++i)
+        acc[i] = tot[i * 128 * kConsumers];
+    }
+    OutT* out = static_cast<OutT*>(args.out);
+    store_tile<kBlockN>(out, args, acc, n0, m0 + row0, lane);
   }
 #endif
 }

@@ -12,8 +12,9 @@
 
 namespace di::fp8_sm90 {
 
-inline constexpr int kDecodeStages = 8;   // block_m 64: weight streaming wants bytes in flight
-inline constexpr int kPrefillStages = 5;  // block_m 128 x block_n 128: 34 KB per stage
+inline constexpr int kDecodeStages = 8;       // block_m 64: weight streaming wants bytes in flight
+inline constexpr int kPrefillStages = 5;      // block_m 128 x block_n 128: 34 KB per stage
+inline constexpr int kPrefillFoldStages = 4;  // the same + 64 KB of fp32 K-chunk totals
 
 struct Sm90Args {
   const uint8_t* weight_scale;  // [ceil(n / B), num_kb] ue8m0
@@ -23,6 +24,7 @@ struct Sm90Args {
   int num_kb;              // ceil(k / B)
   int num_k_stages;        // ceil(k / 128)
   int scale_rows;          // ceil(n / B)
+  int chunk_stages;        // K-chunk length in stages (fixed per k, independent of m)
   uint32_t a_stage_bytes;  // a_box_rows * 128: bytes the activation copy delivers per stage
 };
 
@@ -34,12 +36,15 @@ struct Sm90Launch {
 };
 
 // Dynamic shared memory of a configuration (1024 bytes of alignment slack included).
-constexpr size_t sm90_smem_bytes(int block_m, int block_n, int block, int stages, int num_kb) {
+constexpr size_t sm90_smem_bytes(int block_m, int block_n, int block, int stages, int num_kb,
+                                 bool fold) {
   const int scale_cols = block_n >= block ? block_n / block : 1;
   const size_t stage = static_cast<size_t>(block_m) * 128 + static_cast<size_t>(block_n) * 128 +
                        static_cast<size_t>(block_m) * (128 / block) * 4;
+  // Prefill with several K-chunks keeps fp32 chunk totals of the whole tile in shared memory.
+  const size_t totals = fold ? 16 + static_cast<size_t>(block_m) * block_n * 4 : 0;
   return 1024 + stages * stage + 2 * stages * sizeof(uint64_t) +
-         static_cast<size_t>(scale_cols) * num_kb * 4;
+         static_cast<size_t>(scale_cols) * num_kb * 4 + totals;
 }
 
 template <int kBlock>
