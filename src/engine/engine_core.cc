@@ -221,6 +221,7 @@ std::vector<EngineCore::Update> EngineCore::step() {
   for (const auto& [id, r] : requests_) {
     RequestView v;
     v.id = id;
+    v.request_id = r.out.request_id;
     v.priority = r.spec.priority;
     v.arrival = id;
     v.num_prompt_tokens = r.num_prompt;
@@ -236,11 +237,7 @@ std::vector<EngineCore::Update> EngineCore::step() {
   for (const Rejection& rej : plan.rejected) {
     auto it = requests_.find(rej.id);
     DI_CHECK(it != requests_.end(), "scheduler rejected unknown request {}", rej.id);
-    // The scheduler names the engine id; the output record names the request already.
-    std::string message = rej.status.message();
-    const std::string prefix = fmt::format("request {}: ", rej.id);
-    if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
-    fail(it->second, message);
+    fail(it->second, rej.status.message());
     take_finished(it);
   }
   for (SeqId id : plan.preempted) {
@@ -290,7 +287,7 @@ std::vector<EngineCore::Update> EngineCore::step() {
     if (r.num_computed < static_cast<int64_t>(r.tokens.size())) continue;  // prefill goes on
     if (sample_and_append(r, fr.logits[i])) {
       take_finished(requests_.find(r.id));
-    } else {
+    } else if (r.spec.stream) {
       refresh_output(r, false);
       updates.push_back(Update{r.id, r.out});
     }

@@ -44,6 +44,9 @@ struct NewRequest {
   deepinfer::SamplingParams params;
   int32_t priority = 0;
   OutputParser parser;  // null for plain completions
+  // Report the cumulative output after every step that produced a token (a streaming caller);
+  // false: only the finished output, so the engine builds and copies it once, not per token.
+  bool stream = false;
   // Set when the request was rejected before reaching the engine (bad JSON, unknown role, ...):
   // it finishes at the next step with this error and never runs.
   std::string error;
@@ -70,8 +73,9 @@ class EngineCore {
   // Finishes a request with reason "abort" at the next step and frees its memory.
   void abort(int64_t id);
 
-  // One engine step. Returns a cumulative RequestOutput for every request that produced tokens
-  // or finished during the step.
+  // One engine step. Returns the final RequestOutput of every request that finished during the
+  // step, and the cumulative RequestOutput of every streaming request (NewRequest::stream) that
+  // produced a token.
   struct Update {
     int64_t id = 0;  // the engine id add_request returned
     deepinfer::RequestOutput output;
@@ -117,7 +121,6 @@ class EngineCore {
   EngineCoreConfig config_;
   KvCacheManager cache_;
   std::map<int64_t, Request> requests_;  // unfinished, by id (= arrival order)
-  std::vector<Request> finished_now_;
   int64_t next_id_ = 0;
   EngineTotals totals_;
   std::chrono::steady_clock::time_point start_;

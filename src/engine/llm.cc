@@ -202,6 +202,7 @@ std::vector<RequestOutput> LLM::Impl::run(std::vector<di::NewRequest> requests,
                                           const StreamCallback& on_update) {
   std::unordered_map<int64_t, size_t> index_of;
   for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].stream = on_update != nullptr;  // otherwise only final outputs are built
     index_of[core_->add_request(std::move(requests[i]))] = i;
   }
   std::vector<RequestOutput> results(requests.size());

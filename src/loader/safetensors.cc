@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <utility>
 
 #include "common/check.h"
+#include "loader/strict_json.h"
 
 namespace di {
 namespace {
@@ -46,41 +46,14 @@ std::string describe(const Shape& shape, DType dtype) {
   return fmt::format("{} {}", fmt::join(shape.dims(), " x "), dtype_name(dtype));
 }
 
-// Parses the header JSON. nlohmann keeps the last of repeated keys silently, so a parser callback
-// tracks the keys of every open object and rejects a repeat: a tensor listed twice must not have
-// one of its entries silently dropped.
+// Parses the header JSON, rejecting a repeated key: a tensor listed twice must not have one of its
+// entries silently dropped.
 Json parse_header_json(std::string_view text, std::string_view label) {
-  struct Frame {
-    std::string owner;  // the key under which this object sits ("" for the top level)
-    std::set<std::string, std::less<>> keys;
-    std::string last_key;
-  };
-  std::vector<Frame> frames;
-  auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
-    switch (event) {
-      case Json::parse_event_t::object_start:
-        frames.push_back({frames.empty() ? std::string() : frames.back().last_key, {}, {}});
-        break;
-      case Json::parse_event_t::object_end:
-        if (!frames.empty()) frames.pop_back();
-        break;
-      case Json::parse_event_t::key: {
-        Frame& f = frames.back();
-        const auto& key = parsed.get_ref<const std::string&>();
-        if (!f.keys.insert(key).second) {
-          if (frames.size() == 1) DI_FAIL("{}: tensor '{}' listed twice in the header", label, key);
-          DI_FAIL("{}: key '{}' listed twice in the entry of '{}'", label, key, f.owner);
-        }
-        f.last_key = key;
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
   try {
-    return Json::parse(text.begin(), text.end(), callback);
+    return parse_json_rejecting_repeated_keys(text, label, [](const RepeatedKey& r) {
+      if (r.depth == 1) return fmt::format("tensor '{}' listed twice in the header", r.key);
+      return fmt::format("key '{}' listed twice in the entry of '{}'", r.key, r.owner);
+    });
   } catch (const Json::parse_error& e) {
     DI_FAIL("{}: malformed JSON header at byte {} (header is {} bytes): {}", label, e.byte,
             text.size(), e.what());

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/check.h"
+#include "loader/strict_json.h"
 
 namespace di {
 namespace {
@@ -13,43 +14,17 @@ using Json = nlohmann::json;
 
 constexpr std::string_view kSuffix = ".safetensors";
 
-// Parses the index JSON, rejecting a key repeated within one object (nlohmann would keep the last
-// silently, so a tensor listed twice in weight_map would lose one of its shard assignments).
+// Parses the index JSON, rejecting a repeated key: a tensor listed twice in weight_map must not
+// lose one of its shard assignments silently.
 Json parse_index_json(std::string_view text, std::string_view label) {
-  struct Frame {
-    std::string owner;
-    std::set<std::string, std::less<>> keys;
-    std::string last_key;
-  };
-  std::vector<Frame> frames;
-  auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
-    switch (event) {
-      case Json::parse_event_t::object_start:
-        frames.push_back({frames.empty() ? std::string() : frames.back().last_key, {}, {}});
-        break;
-      case Json::parse_event_t::object_end:
-        if (!frames.empty()) frames.pop_back();
-        break;
-      case Json::parse_event_t::key: {
-        Frame& f = frames.back();
-        const auto& key = parsed.get_ref<const std::string&>();
-        if (!f.keys.insert(key).second) {
-          if (frames.size() == 2 && f.owner == "weight_map") {
-            DI_FAIL("{}: tensor '{}' listed twice in weight_map", label, key);
-          }
-          if (frames.size() == 1) DI_FAIL("{}: key '{}' listed twice at the top level", label, key);
-          DI_FAIL("{}: key '{}' listed twice in object '{}'", label, key, f.owner);
-        }
-        f.last_key = key;
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
   try {
-    return Json::parse(text.begin(), text.end(), callback);
+    return parse_json_rejecting_repeated_keys(text, label, [](const RepeatedKey& r) {
+      if (r.depth == 2 && r.owner == "weight_map") {
+        return fmt::format("tensor '{}' listed twice in weight_map", r.key);
+      }
+      if (r.depth == 1) return fmt::format("key '{}' listed twice at the top level", r.key);
+      return fmt::format("key '{}' listed twice in object '{}'", r.key, r.owner);
+    });
   } catch (const Json::parse_error& e) {
     DI_FAIL("{}: malformed JSON at byte {}: {}", label, e.byte, e.what());
   } catch (const Json::exception& e) {

@@ -2,10 +2,14 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include "common/check.h"
 
@@ -16,7 +20,7 @@ using deepinfer::SamplingParams;
 using nlohmann::json;
 
 // Typed access to one JSON object; `where` prefixes every message ("request field" or
-// "<path>: key").
+// "<path>:"). The as_* functions convert one value named `key` or throw di::Error naming it.
 class FieldReader {
  public:
   FieldReader(const json& obj, std::string where) : obj_(obj), where_(std::move(where)) {}
@@ -28,25 +32,32 @@ class FieldReader {
     return &*it;
   }
 
-  void read_double(const char* key, double& out) const {
-    if (const json* v = get(key)) out = as_double(key, *v);
+  // out = as(reader, key, value) when the key is present and not null; `as` is one of the
+  // as_* members or a function taking the same arguments.
+  template <typename T, typename As>
+  void read(const char* key, T& out, As as) const {
+    if (const json* v = get(key)) out = std::invoke(as, *this, key, *v);
   }
-  void read_int(const char* key, int64_t& out) const {
-    if (const json* v = get(key)) out = as_int(key, *v);
-  }
-  void read_bool(const char* key, bool& out) const {
-    if (const json* v = get(key)) {
-      if (!v->is_boolean()) fail(key, "a boolean", *v);
-      out = v->get<bool>();
-    }
-  }
+  void read_double(const char* key, double& out) const { read(key, out, &FieldReader::as_double); }
+  void read_int(const char* key, int64_t& out) const { read(key, out, &FieldReader::as_int); }
+  void read_bool(const char* key, bool& out) const { read(key, out, &FieldReader::as_bool); }
 
-  double as_double(const char* key, const json& v) const {
+  double as_double(std::string_view key, const json& v) const {
     if (!v.is_number()) fail(key, "a number", v);
     return v.get<double>();
   }
 
-  int64_t as_int(const char* key, const json& v) const {
+  bool as_bool(std::string_view key, const json& v) const {
+    if (!v.is_boolean()) fail(key, "a boolean", v);
+    return v.get<bool>();
+  }
+
+  std::string as_string(std::string_view key, const json& v) const {
+    if (!v.is_string()) fail(key, "a string", v);
+    return v.get<std::string>();
+  }
+
+  int64_t as_int(std::string_view key, const json& v) const {
     if (v.is_number_integer()) {
       if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}) {
         fail(key, "an integer in the int64 range", v);
@@ -64,7 +75,19 @@ class FieldReader {
     fail(key, "an integer", v);
   }
 
-  [[noreturn]] void fail(const char* key, const char* expected, const json& v) const {
+  // A JSON array (else `expected` is the message), each element converted by `as` under the
+  // name "key[i]".
+  template <typename As>
+  auto as_list(std::string_view key, const json& v, const char* expected, As as) const {
+    using Element = std::invoke_result_t<As, const FieldReader&, std::string_view, const json&>;
+    if (!v.is_array()) fail(key, expected, v);
+    std::vector<Element> out;
+    for (size_t i = 0; i < v.size(); ++i)
+      out.push_back(std::invoke(as, *this, fmt::format("{}[{}]", key, i), v[i]));
+    return out;
+  }
+
+  [[noreturn]] void fail(std::string_view key, const char* expected, const json& v) const {
     const std::string shown = v.is_number() ? v.dump() : std::string(v.type_name());
     DI_FAIL("{} `{}` must be {}, got {}", where_, key, expected, shown);
   }
@@ -74,32 +97,19 @@ class FieldReader {
   std::string where_;
 };
 
-uint64_t read_seed(const FieldReader& r, const json& v) {
+uint64_t as_seed(const FieldReader& r, std::string_view key, const json& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
   // Negative seeds (OpenAI allows any int64) are taken modulo 2^64.
-  return static_cast<uint64_t>(r.as_int("seed", v));
+  return static_cast<uint64_t>(r.as_int(key, v));
 }
 
-std::vector<std::string> read_stop(const FieldReader& r, const json& v) {
+std::vector<std::string> as_stop(const FieldReader& r, std::string_view key, const json& v) {
   if (v.is_string()) return {v.get<std::string>()};
-  if (!v.is_array()) r.fail("stop", "a string or a list of strings", v);
-  std::vector<std::string> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_string()) {
-      r.fail(fmt::format("stop[{}]", i).c_str(), "a string", v[i]);
-    }
-    out.push_back(v[i].get<std::string>());
-  }
-  return out;
+  return r.as_list(key, v, "a string or a list of strings", &FieldReader::as_string);
 }
 
-std::vector<int64_t> read_int_list(const FieldReader& r, const char* key, const json& v) {
-  if (!v.is_array()) r.fail(key, "a list of integers", v);
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    out.push_back(r.as_int(fmt::format("{}[{}]", key, i).c_str(), v[i]));
-  }
-  return out;
+std::vector<int64_t> as_int_list(const FieldReader& r, std::string_view key, const json& v) {
+  return r.as_list(key, v, "a list of integers", &FieldReader::as_int);
 }
 
 // `logprobs`: an integer N (completions API), or a boolean that enables the chat API's
@@ -140,18 +150,14 @@ SamplingParams sampling_params_from_json(const json& body, const SamplingParams&
   r.read_double("presence_penalty", p.presence_penalty);
   r.read_double("frequency_penalty", p.frequency_penalty);
   r.read_double("repetition_penalty", p.repetition_penalty);
-  if (const json* v = r.get("seed")) p.seed = read_seed(r, *v);
-  if (const json* v = r.get("stop")) p.stop = read_stop(r, *v);
-  if (const json* v = r.get("stop_token_ids")) {
-    p.stop_token_ids = read_int_list(r, "stop_token_ids", *v);
-  }
+  r.read("seed", p.seed, as_seed);
+  r.read("stop", p.stop, as_stop);
+  r.read("stop_token_ids", p.stop_token_ids, as_int_list);
   r.read_bool("ignore_eos", p.ignore_eos);
   r.read_bool("include_stop_str_in_output", p.include_stop_str_in_output);
   r.read_bool("skip_special_tokens", p.skip_special_tokens);
   read_logprobs(r, p);
-  if (const json* v = r.get("prompt_logprobs")) {
-    p.prompt_logprobs = r.as_int("prompt_logprobs", *v);
-  }
+  r.read("prompt_logprobs", p.prompt_logprobs, &FieldReader::as_int);
   return p;
 }
 

@@ -1,6 +1,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <string>
 #include <tuple>
 
 #include "common/check.h"
@@ -25,38 +26,47 @@ void validate_scheduler_config(const SchedulerConfig& cfg) {
            cfg.max_num_batched_tokens, cfg.max_model_len);
 }
 
+namespace {
+
+// A rejection naming the request by the caller's id (the scheduler's id when there is none).
+Status rejection(StatusCode code, const RequestView& req, const std::string& why) {
+  if (req.request_id.empty()) return Status(code, fmt::format("request {}: {}", req.id, why));
+  return Status(code, fmt::format("request {}: {}", req.request_id, why));
+}
+
+}  // namespace
+
 std::optional<Status> check_admission(const SchedulerConfig& cfg, const RequestView& req,
                                       const KvCacheManager& cache) {
   if (req.num_prompt_tokens < 1) {
-    return Status(StatusCode::kInvalidArgument, fmt::format("request {}: empty prompt", req.id));
+    return rejection(StatusCode::kInvalidArgument, req, "empty prompt");
   }
   if (req.num_prompt_tokens > cfg.max_model_len) {
-    return Status(StatusCode::kInvalidArgument,
-                  fmt::format("request {}: prompt of {} tokens is longer than max_model_len {}",
-                              req.id, req.num_prompt_tokens, cfg.max_model_len));
+    return rejection(StatusCode::kInvalidArgument, req,
+                     fmt::format("prompt of {} tokens is longer than max_model_len {}",
+                                 req.num_prompt_tokens, cfg.max_model_len));
   }
   if (req.max_tokens < 0 || req.num_prompt_tokens + req.max_tokens > cfg.max_model_len) {
-    return Status(StatusCode::kInvalidArgument,
-                  fmt::format("request {}: prompt of {} tokens + max_tokens {} exceeds "
-                              "max_model_len {}",
-                              req.id, req.num_prompt_tokens, req.max_tokens, cfg.max_model_len));
+    return rejection(StatusCode::kInvalidArgument, req,
+                     fmt::format("prompt of {} tokens + max_tokens {} exceeds max_model_len {}",
+                                 req.num_prompt_tokens, req.max_tokens, cfg.max_model_len));
   }
   const int64_t longest = req.num_prompt_tokens + req.max_tokens;
   if (!cfg.enable_chunked_prefill && longest > cfg.max_num_batched_tokens) {
-    return Status(
-        StatusCode::kInvalidArgument,
-        fmt::format("request {}: prompt of {} tokens + max_tokens {} exceeds "
+    return rejection(
+        StatusCode::kInvalidArgument, req,
+        fmt::format("prompt of {} tokens + max_tokens {} exceeds "
                     "max_num_batched_tokens {} and chunked prefill is off",
-                    req.id, req.num_prompt_tokens, req.max_tokens, cfg.max_num_batched_tokens));
+                    req.num_prompt_tokens, req.max_tokens, cfg.max_num_batched_tokens));
   }
   const int64_t pages = cache.pages_for_tokens(longest);
   if (pages > cache.total_pages()) {
     const auto page_bytes = static_cast<uint64_t>(cache.page_bytes());
-    return Status(
-        StatusCode::kResourceExhausted,
-        fmt::format("request {}: the state of {} tokens (prompt {} + max_tokens {}) needs {} "
-                    "pages ({}) but the whole kv cache has {} pages ({}); at most {} tokens fit",
-                    req.id, longest, req.num_prompt_tokens, req.max_tokens, pages,
+    return rejection(
+        StatusCode::kResourceExhausted, req,
+        fmt::format("the state of {} tokens (prompt {} + max_tokens {}) needs {} pages ({}) but "
+                    "the whole kv cache has {} pages ({}); at most {} tokens fit",
+                    longest, req.num_prompt_tokens, req.max_tokens, pages,
                     format_bytes(static_cast<uint64_t>(pages) * page_bytes), cache.total_pages(),
                     format_bytes(static_cast<uint64_t>(cache.total_pages()) * page_bytes),
                     cache.max_tokens_that_fit_alone()));

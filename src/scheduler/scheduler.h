@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -30,6 +31,9 @@ enum class RequestStatus : uint8_t {
 // The engine's request, as the scheduler sees it (read-only).
 struct RequestView {
   SeqId id = 0;
+  // The caller's id of the request (RequestOutput::request_id), which rejection messages name;
+  // empty: they name `id`. The viewed string must outlive the schedule() call.
+  std::string_view request_id;
   int32_t priority = 0;  // lower value runs earlier (vLLM)
   int64_t arrival = 0;   // arrival order (monotonic per engine); ties broken by id
   int64_t num_prompt_tokens = 0;
@@ -70,7 +74,8 @@ struct ScheduleOutput {
 
 // Why a request can never run, or nullopt: empty prompt, prompt longer than max_model_len,
 // prompt + max_tokens over max_model_len (or over max_num_batched_tokens without chunked
-// prefill), or state for prompt + max_tokens tokens larger than the whole cache.
+// prefill), or state for prompt + max_tokens tokens larger than the whole cache. The message
+// starts "request <request_id>: ".
 std::optional<Status> check_admission(const SchedulerConfig& cfg, const RequestView& req,
                                       const KvCacheManager& cache);
 

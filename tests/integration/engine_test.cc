@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "deepinfer/llm.h"
 #include "engine/engine_core.h"
@@ -246,6 +249,9 @@ TEST(Engine, StopConditionsAndPerRequestErrors) {
   EXPECT_GE(outs[1].outputs[0].token_ids.size(), 6u);
   EXPECT_NE(outs[2].error.find("top_p"), std::string::npos) << outs[2].error;
   EXPECT_NE(outs[3].error.find("max"), std::string::npos) << outs[3].error;
+  // Rejected by the scheduler, which names the request by its request id.
+  EXPECT_EQ(outs[3].error.rfind("request " + outs[3].request_id + ": prompt of 3 tokens", 0), 0u)
+      << outs[3].error;
   EXPECT_NE(outs[4].error.find("outside the vocabulary"), std::string::npos) << outs[4].error;
 }
 
@@ -285,6 +291,79 @@ TEST(Engine, AbortFreesMemory) {
   EXPECT_FALSE(core.has_unfinished());
   EXPECT_EQ(core.cache().used_pages(), 0);
   EXPECT_EQ(core.cache().total_exact_bytes(), 0u);
+}
+
+TEST(Engine, OnlyStreamingRequestsReportEveryToken) {
+  DI_REQUIRE_FIXTURE();
+  LLM llm(kFixture, fixture_config());
+  EngineCore& core = llm.impl().core();
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.ignore_eos = true;
+  sp.max_tokens = 6;
+  const Prompt prompt(std::vector<int64_t>{5, 6, 7});
+  NewRequest quiet = llm.impl().text_request(prompt, sp, "quiet");
+  NewRequest streamed = llm.impl().text_request(prompt, sp, "streamed");
+  streamed.stream = true;
+  const int64_t q = core.add_request(std::move(quiet));
+  const int64_t s = core.add_request(std::move(streamed));
+  std::map<int64_t, std::vector<RequestOutput>> seen;
+  while (core.has_unfinished()) {
+    for (EngineCore::Update& u : core.step())
+      seen[u.id].push_back(std::move(u.output));
+  }
+  ASSERT_EQ(seen[q].size(), 1u);  // the final output only
+  EXPECT_TRUE(seen[q][0].finished);
+  ASSERT_EQ(seen[s].size(), 6u);  // one cumulative output per token
+  for (size_t i = 0; i < seen[s].size(); ++i) {
+    EXPECT_EQ(seen[s][i].outputs[0].token_ids.size(), i + 1);
+    EXPECT_EQ(seen[s][i].finished, i == 5);
+  }
+  EXPECT_EQ(seen[s].back().outputs[0].token_ids, seen[q][0].outputs[0].token_ids);
+  EXPECT_EQ(seen[s].back().outputs[0].text, seen[q][0].outputs[0].text);
+}
+
+TEST(Engine, StreamCallbackSeesCumulativeOutputsAndTheSameResult) {
+  DI_REQUIRE_FIXTURE();
+  LLM llm(kFixture, fixture_config());
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.ignore_eos = true;
+  sp.max_tokens = 12;
+  // A chat request (its output goes through the chat parser) with a prompt inside the fixture's
+  // small vocabulary.
+  auto chat_request = [&](const std::string& id) {
+    const auto messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+    NewRequest r = llm.impl().chat_request(messages, sp, {}, id);
+    r.prompt_token_ids = {5, 6, 7, 8};
+    return r;
+  };
+  std::vector<NewRequest> one;
+  one.push_back(chat_request("plain"));
+  const RequestOutput plain = llm.impl().run(std::move(one), nullptr).at(0);
+  std::vector<RequestOutput> stream;
+  one.clear();
+  one.push_back(chat_request("streamed"));
+  const RequestOutput streamed =
+      llm.impl().run(std::move(one), [&](const RequestOutput& o) { stream.push_back(o); }).at(0);
+  ASSERT_TRUE(plain.error.empty()) << plain.error;
+  ASSERT_EQ(stream.size(), 12u);
+  for (size_t i = 0; i < stream.size(); ++i) {
+    const deepinfer::CompletionOutput& c = stream[i].outputs[0];
+    EXPECT_EQ(stream[i].finished, i + 1 == stream.size());
+    EXPECT_EQ(c.token_ids.size(), i + 1);
+    EXPECT_EQ(streamed.outputs[0].text.rfind(c.text, 0), 0u) << i;  // a prefix of the final text
+  }
+  // Built once at the end or refreshed after every token: the same final output.
+  const deepinfer::CompletionOutput &a = plain.outputs[0], &b = streamed.outputs[0];
+  EXPECT_EQ(b.token_ids, a.token_ids);
+  EXPECT_FALSE(b.text.empty());
+  EXPECT_EQ(b.text, a.text);
+  EXPECT_TRUE(b.reasoning_content.has_value() || b.content.has_value());
+  EXPECT_EQ(b.reasoning_content, a.reasoning_content);
+  EXPECT_EQ(b.content, a.content);
+  EXPECT_EQ(b.tool_calls.size(), a.tool_calls.size());
+  EXPECT_EQ(b.finish_reason, a.finish_reason);
 }
 
 TEST(Engine, PromptLogprobsCoverThePrompt) {

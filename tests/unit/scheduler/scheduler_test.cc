@@ -300,6 +300,7 @@ TEST(Scheduler, AdmissionRejections) {
   SchedulerConfig c = sched(8, 64);
   c.max_model_len = 2048;
   RequestView too_long = waiting(1, 0, 3000);
+  too_long.request_id = "custom-long";  // messages name the caller's id when there is one
   RequestView too_many = waiting(2, 1, 2000);
   too_many.max_tokens = 100;
   RequestView no_room = waiting(3, 2, 1000);
@@ -313,19 +314,18 @@ TEST(Scheduler, AdmissionRejections) {
   auto msg = [&](size_t i) { return out.rejected[i].status.message(); };
   EXPECT_EQ(out.rejected[0].id, 1);
   EXPECT_EQ(out.rejected[0].status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(msg(0).find("prompt of 3000 tokens is longer than max_model_len 2048"),
-            std::string::npos)
-      << msg(0);
+  EXPECT_EQ(msg(0), "request custom-long: prompt of 3000 tokens is longer than max_model_len 2048");
   EXPECT_EQ(out.rejected[1].id, 2);
-  EXPECT_NE(msg(1).find("max_tokens 100 exceeds max_model_len 2048"), std::string::npos) << msg(1);
+  EXPECT_EQ(msg(1), "request 2: prompt of 2000 tokens + max_tokens 100 exceeds max_model_len 2048");
   EXPECT_EQ(out.rejected[2].id, 3);
   EXPECT_EQ(out.rejected[2].status.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(msg(2).rfind("request 3: the state of 1500 tokens", 0), 0u) << msg(2);
   EXPECT_NE(msg(2).find("whole kv cache"), std::string::npos) << msg(2);
   EXPECT_NE(msg(2).find(fmt::format("at most {} tokens fit", cache.max_tokens_that_fit_alone())),
             std::string::npos)
       << msg(2);
   EXPECT_EQ(out.rejected[3].id, 4);
-  EXPECT_NE(msg(3).find("empty prompt"), std::string::npos);
+  EXPECT_EQ(msg(3), "request 4: empty prompt");
   EXPECT_FALSE(check_admission(c, ok, cache).has_value());
 }
 
