@@ -167,7 +167,8 @@ double lt_peak_tflops(cublasLtHandle_t h, Stream& stream, bool fp8, DeviceBuffer
   return 2.0 * s * s * s / (us * 1e-6) / 1e12;
 }
 
-int run_bench() {
+// `fp8_gemm_bench [shape [m]]`: only the shapes whose name contains `shape`, only batch m.
+int run_bench(const std::string& shape_filter, int64_t m_filter) {
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "no CUDA device\n");
     return 1;
@@ -212,12 +213,14 @@ int run_bench() {
       "TFLOP/s, cuBLASLt bf16 8192^3 %.0f TFLOP/s\n",
       info.name.c_str(), info.sm_count, copy_gbs, fp8_peak, bf16_peak);
   std::printf(
-      "| shape | N x K | blk | M | tile | ours us | act_quant us | TFLOP/s | %%FP8 peak | "
-      "W GB/s | %%copy | cuBLASLt FP8 us | cuBLASLt/ours |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| shape | N x K | blk | M | tile | act_quant+GEMM us | GEMM us | act_quant us | TFLOP/s | "
+      "%%FP8 peak | W GB/s | %%copy | %%copy w/ act_quant | cuBLASLt FP8 us | cuBLASLt/GEMM "
+      "|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
 
   for (const Shape& sh : kShapes) {
+    if (std::string(sh.name).find(shape_filter) == std::string::npos) continue;
     const size_t wbytes = static_cast<size_t>(sh.n * sh.k);
     const int copies =
         static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / wbytes + 1, 1, 48));
@@ -238,6 +241,7 @@ int run_bench() {
                         "bench weight scale");
     wscale.fill_async(120, stream.get());
     for (const int64_t m : kMs) {
+      if (m_filter > 0 && m != m_filter) continue;
       DeviceBuffer x(static_cast<size_t>(m * sh.k) * 2, "bench x");
       fill_bf16(x, 7, stream.get());
       DeviceBuffer xq(static_cast<size_t>(m * sh.k), "bench x fp8");
@@ -263,27 +267,43 @@ int run_bench() {
         p.workspace_bytes = ws_bytes;
         fp8_gemm(p, plan, s);
       });
-      const int64_t m_pad = (m + 3) / 4 * 4;
-      const double quant = time_us(stream, reps, [&](int, cudaStream_t s) {
-        fp8_act_quant({x.data(), Fp8ActDtype::kBf16, m, sh.k, sh.block, work.as<uint8_t>(),
-                       reinterpret_cast<float*>(work.as<uint8_t>() + ws_bytes -
-                                                static_cast<size_t>(m_pad) * 4 *
-                                                    ((sh.k + sh.block - 1) / sh.block))},
-                      s);
+      // The producer-quantised form (fused RMSNorm + act_quant upstream): the GEMM alone.
+      const int64_t nkb = (sh.k + sh.block - 1) / sh.block;
+      DeviceBuffer qx(static_cast<size_t>(m * sh.k), "bench quantised x");
+      DeviceBuffer qs(static_cast<size_t>(m * nkb), "bench x scales");
+      const Fp8ActQuantParams aq{x.data(),         Fp8ActDtype::kBf16, m, sh.k, sh.block,
+                                 qx.as<uint8_t>(), qs.as<uint8_t>()};
+      fp8_act_quant(aq, stream.get());
+      const double quant =
+          time_us(stream, reps, [&](int, cudaStream_t s) { fp8_act_quant(aq, s); });
+      const double gemm = time_us(stream, reps, [&](int i, cudaStream_t s) {
+        Fp8GemmParams p;
+        p.xq = qx.as<uint8_t>();
+        p.xq_scale = qs.as<uint8_t>();
+        p.weight = w[static_cast<size_t>(i % copies)].as<uint8_t>();
+        p.weight_scale = wscale.as<uint8_t>();
+        p.m = m;
+        p.n = sh.n;
+        p.k = sh.k;
+        p.block = sh.block;
+        p.out = y.data();
+        fp8_gemm(p, plan, s);
       });
       LtGemm g(lt, m, sh.n, sh.k, true, lt_ws.data(), lt_ws.size());
       g.set_scales(one.as<float>(), one.as<float>());
       const double cub = time_us(stream, reps, [&](int i, cudaStream_t s) {
         g.run(w[static_cast<size_t>(i % copies)].data(), xq.data(), y.data(), s);
       });
-      const double tflops = flops / (ours * 1e-6) / 1e12;
-      const double wgbs = static_cast<double>(wbytes) / (ours * 1e-6) / 1e9;
+      const double tflops = flops / (gemm * 1e-6) / 1e12;
+      const double wgbs = static_cast<double>(wbytes) / (gemm * 1e-6) / 1e9;
+      const double wgbs_all = static_cast<double>(wbytes) / (ours * 1e-6) / 1e9;
       std::printf(
-          "| %s | %lldx%lld | %d | %lld | %dx%d/%dk | %.2f | %.2f | %.1f | %.1f%% | %.0f | "
-          "%.1f%% | %.2f | %.2f |\n",
+          "| %s | %lldx%lld | %d | %lld | %s%dx%d/%dk | %.2f | %.2f | %.2f | %.1f | %.1f%% | %.0f "
+          "| %.1f%% | %.1f%% | %.2f | %.2f |\n",
           sh.name, static_cast<long long>(sh.n), static_cast<long long>(sh.k), sh.block,
-          static_cast<long long>(m), plan.block_m, plan.block_n, plan.num_chunks, ours, quant,
-          tflops, 100.0 * tflops / fp8_peak, wgbs, 100.0 * wgbs / copy_gbs, cub, cub / ours);
+          static_cast<long long>(m), plan.swapped ? "swap " : "", plan.block_m, plan.block_n,
+          plan.num_chunks, ours, gemm, quant, tflops, 100.0 * tflops / fp8_peak, wgbs,
+          100.0 * wgbs / copy_gbs, 100.0 * wgbs_all / copy_gbs, cub, cub / gemm);
       std::fflush(stdout);
     }
   }
@@ -294,9 +314,9 @@ int run_bench() {
 }  // namespace
 }  // namespace di
 
-int main() {
+int main(int argc, char** argv) {
   try {
-    return di::run_bench();
+    return di::run_bench(argc > 1 ? argv[1] : "", argc > 2 ? std::stoll(argv[2]) : 0);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fp8_gemm_bench: %s\n", e.what());
     return 1;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -79,8 +80,11 @@ void fill_random(DeviceBuffer& b, MhcStorage st, cudaStream_t stream) {
 
 }  // namespace
 
-int main() {
+// `mhc_bench [T [bf16|fp32]]`: only batch T, only that storage.
+int main(int argc, char** argv) {
   try {
+    const int64_t t_only = argc > 1 ? std::stoll(argv[1]) : 0;
+    const std::string st_only = argc > 2 ? argv[2] : "";
     if (di::cuda_device_count() == 0) {
       std::fprintf(stderr, "mhc_bench: no CUDA device\n");
       return 77;
@@ -128,12 +132,14 @@ int main() {
     for (MhcStorage st : {MhcStorage::kBf16, MhcStorage::kF32}) {
       const size_t es = st == MhcStorage::kF32 ? 4 : 2;
       const char* sname = st == MhcStorage::kF32 ? "fp32" : "bf16";
+      if (!st_only.empty() && st_only != sname) continue;
       DeviceBuffer x(static_cast<size_t>(t_max * hc * dim) * es, "stream"),
           x2(static_cast<size_t>(t_max * hc * dim) * es, "stream out"),
           col(static_cast<size_t>(t_max * dim) * es, "collapsed");
       fill_random(x, st, s);
       fill_random(col, st, s);
       for (int64_t t : {1, 8, 64, 256, 4096, 16384}) {
+        if (t_only > 0 && t != t_only) continue;
         di::MhcPreParams p;
         p.stream = x.data();
         p.fn_packed = fd.as<float>();

@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool) from the repo root, after scripts/gpu_bundle.sh here:
 # every kernel parity test binary, then every kernel benchmark. Logs go to $OUT (or ./gpu-out).
+# `bash scripts/gpu_run.sh fp8_gemm` runs only the binaries whose name contains fp8_gemm.
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "${out}"
 cuda_libs=$(ls -d /usr/local/cuda/lib64 2>/dev/null; python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
 export LD_LIBRARY_PATH="$PWD/.carry/gpu/lib:$(echo ${cuda_libs} | tr ' ' ':')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "${out}/gpu.txt"
+filter=${1:-}
 status=0
 for t in .carry/gpu/bin/*_test; do
   name=$(basename "${t}")
+  [[ "${name}" == *"${filter}"* ]] || continue
   "${t}" --gtest_output="xml:${out}/${name}.xml" > "${out}/${name}.log" 2>&1 || status=1
   tail -n 3 "${out}/${name}.log"
 done
 for b in .carry/gpu/bin/*_bench; do
   name=$(basename "${b}")
+  [[ "${name}" == *"${filter}"* ]] || continue
   "${b}" > "${out}/${name}.log" 2>&1 || status=1
   tail -n 30 "${out}/${name}.log"
 done

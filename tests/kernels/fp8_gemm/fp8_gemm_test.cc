@@ -226,14 +226,13 @@ TEST_F(Fp8GemmCudaTest, ActQuantMatchesCpuBitForBit) {
       d_x.copy_from_host_async(bf16 ? static_cast<const void*>(xb.data()) : x.data(), d_x.size(),
                                stream.get());
       const int64_t nkb = k / block;
-      const int64_t m_pad = (m + 3) / 4 * 4;
       DeviceBuffer d_q(static_cast<size_t>(m * k), "q");
-      DeviceBuffer d_s(static_cast<size_t>(nkb * m_pad) * 4, "s");
+      DeviceBuffer d_s(static_cast<size_t>(m * nkb), "s");
       fp8_act_quant({d_x.data(), bf16 ? Fp8ActDtype::kBf16 : Fp8ActDtype::kF32, m, k, block,
-                     d_q.as<uint8_t>(), d_s.as<float>()},
+                     d_q.as<uint8_t>(), d_s.as<uint8_t>()},
                     stream.get());
       std::vector<uint8_t> q(d_q.size());
-      std::vector<float> s(static_cast<size_t>(nkb * m_pad));
+      std::vector<uint8_t> s(d_s.size());
       d_q.copy_to_host_async(q.data(), q.size(), stream.get());
       d_s.copy_to_host_async(s.data(), d_s.size(), stream.get());
       stream.synchronize();
@@ -244,8 +243,9 @@ TEST_F(Fp8GemmCudaTest, ActQuantMatchesCpuBitForBit) {
       int64_t bad = 0;
       for (int64_t r = 0; r < m; ++r) {
         for (int64_t c = 0; c < k; ++c) {
-          const float got = e4m3_to_float(q[static_cast<size_t>(r * k + c)]) *
-                            s[static_cast<size_t>((c / block) * m_pad + r)];
+          const float got =
+              e4m3_to_float(q[static_cast<size_t>(r * k + c)]) *
+              static_cast<float>(e8m0_to_double(s[static_cast<size_t>(r * nkb + c / block)]));
           const float want = ref[static_cast<size_t>(r * k + c)];
           if (std::memcmp(&got, &want, 4) != 0 && !(got == 0.0f && want == 0.0f)) ++bad;
         }

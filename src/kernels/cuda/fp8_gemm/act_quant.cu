@@ -2,7 +2,7 @@
 // per row and K-block of B elements, a = max(fp32 amax, 1e-4), s = 2^ceil(log2(fp32(a * fp32(1 /
 // 448)))), q = e4m3_rne(clamp(x / s, +-448)). Each thread owns 8 consecutive elements (16 bytes
 // of bf16, 32 of fp32); the B / 8 threads of a block reduce the amax with shuffles. The scales are
-// written K-block major ([kb][m_pad]) for the GEMM's per-stage bulk copy of a tile's row scales.
+// UE8M0 bytes [m, num_kb], row-major (the layout of the fused RMSNorm + act_quant producer).
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -45,8 +45,13 @@ __device__ __forceinline__ float pow2ceil_normal(float p) {
 
 template <typename In, int kBlock>
 __global__ void __launch_bounds__(kThreads)
-    act_quant_kernel(const In* __restrict__ x, int64_t m, int64_t k, int64_t num_kb, int64_t m_pad,
-                     uint8_t* __restrict__ q, float* __restrict__ scale) {
+    act_quant_kernel(const In* __restrict__ x, int64_t m, int64_t k, int64_t num_kb,
+                     uint8_t* __restrict__ q, uint8_t* __restrict__ scale) {
+  // The GEMM that follows may start its weight-only prologue now (programmatic dependent
+  // launch; it waits for this grid before it reads q / scale).
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   constexpr int kGroup = kBlock / 8;  // threads per quantisation block (4 or 16)
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t group = t / kGroup;
@@ -85,21 +90,18 @@ __global__ void __launch_bounds__(kThreads)
     packed[h] = word;
   }
   *reinterpret_cast<uint2*>(q + row * k + col) = make_uint2(packed[0], packed[1]);
-  if (lane_in_group == 0) scale[kb * m_pad + row] = s;
+  if (lane_in_group == 0) scale[row * num_kb + kb] = static_cast<uint8_t>(__float_as_uint(s) >> 23);
 }
 
 template <typename In>
 void launch(const Fp8ActQuantParams& p, const In* x, cudaStream_t stream) {
   const int64_t num_kb = (p.k + p.block - 1) / p.block;
-  const int64_t m_pad = (p.m + 3) / 4 * 4;
   const int64_t threads = p.m * num_kb * (p.block / 8);
   const auto grid = static_cast<unsigned>((threads + kThreads - 1) / kThreads);
   if (p.block == 32) {
-    act_quant_kernel<In, 32>
-        <<<grid, kThreads, 0, stream>>>(x, p.m, p.k, num_kb, m_pad, p.q, p.scale);
+    act_quant_kernel<In, 32><<<grid, kThreads, 0, stream>>>(x, p.m, p.k, num_kb, p.q, p.scale);
   } else {
-    act_quant_kernel<In, 128>
-        <<<grid, kThreads, 0, stream>>>(x, p.m, p.k, num_kb, m_pad, p.q, p.scale);
+    act_quant_kernel<In, 128><<<grid, kThreads, 0, stream>>>(x, p.m, p.k, num_kb, p.q, p.scale);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

@@ -29,10 +29,6 @@ size_t q_bytes(int64_t m, int64_t k) {
   return static_cast<size_t>(round_up(m * k, 256));
 }
 
-int64_t m_pad(int64_t m) {
-  return round_up(m, 4);
-}
-
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
                                    const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
                                    const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -78,7 +74,7 @@ bool aligned(const void* p, uintptr_t bytes) {
 }  // namespace
 
 size_t fp8_gemm_workspace_bytes(int64_t m, int64_t k, int block) {
-  return q_bytes(m, k) + static_cast<size_t>(ceil_div(k, block) * m_pad(m)) * sizeof(float);
+  return q_bytes(m, k) + static_cast<size_t>(m * ceil_div(k, block));
 }
 
 Fp8GemmPlan plan_fp8_gemm(int64_t m, int64_t n, int64_t k, int block, int sm_count, int sm_major,
@@ -95,15 +91,29 @@ Fp8GemmPlan plan_fp8_gemm(int64_t m, int64_t n, int64_t k, int block, int sm_cou
   p.n = n;
   p.k = k;
   p.block = block;
-  // Fixed split-K (a function of n, k and the SM count, never of m): enough chunks that narrow
-  // decode tiles (block_n 32) give about two CTAs per multiprocessor, at most 5 (measured on
-  // the H200: clusters of 6-8 CTAs were slower than 5) and at least 4 stages (512 columns) each.
+  // Fixed split-K (a function of n, k and the SM count, never of m): enough chunks that the
+  // 64-row weight slabs of the swapped decode kernel give about three CTAs per multiprocessor,
+  // at most 8 (a portable cluster) and at least 2 stages (256 columns) each.
   const int64_t k_stages = ceil_div(k, 128);
-  const int64_t want = std::clamp<int64_t>((2 * sm_count) / ceil_div(n, 32), 1, 5);
-  const int64_t chunks_target = std::max<int64_t>(1, std::min(want, k_stages / 4));
+  const int64_t slabs = ceil_div(n, 64);
+  const int64_t want = std::clamp<int64_t>((3 * sm_count + slabs / 2) / slabs, 1, 8);
+  const int64_t chunks_target = std::max<int64_t>(1, std::min(want, k_stages / 2));
   p.chunk_stages = static_cast<int>(ceil_div(k_stages, chunks_target));
   p.num_chunks = static_cast<int>(ceil_div(k_stages, p.chunk_stages));
-  if (m <= kDecodeMaxM) {
+  const int num_kb = static_cast<int>(ceil_div(k, block));
+  if (m <= fp8_sm90::kSwapMaxM) {
+    // Weight streaming, swapped: 64 or 128 weight rows per CTA (two consumer warpgroups sharing
+    // the token tile when that still gives every multiprocessor a CTA), tokens padded to
+    // 8/16/32/64.
+    p.swapped = true;
+    p.block_m = m <= 8 ? 8 : (m <= 16 ? 16 : (m <= 32 ? 32 : 64));
+    p.swap_wgs = ceil_div(n, 128) * p.num_chunks >= sm_count ? 2 : 1;
+    p.block_n = 64 * p.swap_wgs;
+    p.stages = fp8_sm90::swap_stages(p.block_m, p.swap_wgs);
+    p.a_box_rows = p.block_m;
+    p.smem_bytes = fp8_sm90::sm90_swap_smem_bytes(p.block_m, p.swap_wgs, block,
+                                                  p.chunk_stages * (128 / block));
+  } else if (m <= kDecodeMaxM) {
     // Weight streaming: the widest tile that still gives every multiprocessor a CTA.
     p.block_m = 64;
     p.stages = fp8_sm90::kDecodeStages;
@@ -115,16 +125,15 @@ Fp8GemmPlan plan_fp8_gemm(int64_t m, int64_t n, int64_t k, int block, int sm_cou
         break;
       }
     }
-    p.a_box_rows = static_cast<int>(std::min<int64_t>(64, round_up(m, 8)));
+    p.a_box_rows = 64;
+    p.smem_bytes = fp8_sm90::sm90_smem_bytes(p.block_m, p.block_n, block, p.stages, num_kb);
   } else {
     p.block_m = 128;
     p.block_n = 128;
-    p.stages = p.num_chunks == 1 ? fp8_sm90::kPrefillStages : fp8_sm90::kPrefillFoldStages;
+    p.stages = fp8_sm90::kPrefillStages;
     p.a_box_rows = 128;
+    p.smem_bytes = fp8_sm90::sm90_smem_bytes(p.block_m, p.block_n, block, p.stages, num_kb);
   }
-  p.smem_bytes = fp8_sm90::sm90_smem_bytes(p.block_m, p.block_n, block, p.stages,
-                                           static_cast<int>(ceil_div(k, block)),
-                                           p.block_m == 128 && p.num_chunks > 1);
   DI_CHECK(p.smem_bytes <= kMaxSmem, "fp8_gemm: k={} needs {} bytes of shared memory", k,
            p.smem_bytes);
   p.grid_m = static_cast<unsigned>(ceil_div(m, p.block_m));
@@ -137,19 +146,28 @@ void fp8_gemm(const Fp8GemmParams& p, const Fp8GemmPlan& plan, cudaStream_t stre
   DI_CHECK(p.m == plan.m && p.n == plan.n && p.k == plan.k && p.block == plan.block,
            "fp8_gemm: params [{}, {}, {}] / block {} do not match the plan [{}, {}, {}] / {}", p.m,
            p.n, p.k, p.block, plan.m, plan.n, plan.k, plan.block);
-  DI_CHECK(p.x != nullptr && p.weight != nullptr && p.weight_scale != nullptr && p.out != nullptr &&
-               p.workspace != nullptr,
-           "fp8_gemm: null x/weight/weight_scale/out/workspace pointer");
-  DI_CHECK(p.workspace_bytes >= fp8_gemm_workspace_bytes(p.m, p.k, p.block),
-           "fp8_gemm: workspace of {} bytes, {} needed", p.workspace_bytes,
-           fp8_gemm_workspace_bytes(p.m, p.k, p.block));
-  DI_CHECK(aligned(p.weight, 16) && aligned(p.workspace, 256) && aligned(p.out, 8),
-           "fp8_gemm: weight needs 16-byte, workspace 256-byte, out 8-byte alignment");
-
-  // 1. act_quant into the workspace: e4m3 codes, then K-block-major fp32 scales.
-  auto* q = static_cast<uint8_t*>(p.workspace);
-  auto* sa = reinterpret_cast<float*>(q + q_bytes(p.m, p.k));
-  fp8_act_quant({p.x, p.x_dtype, p.m, p.k, p.block, q, sa}, stream);
+  DI_CHECK(p.weight != nullptr && p.weight_scale != nullptr && p.out != nullptr,
+           "fp8_gemm: null weight/weight_scale/out pointer");
+  DI_CHECK(aligned(p.weight, 16) && aligned(p.out, 8),
+           "fp8_gemm: weight needs 16-byte, out 8-byte alignment");
+  const uint8_t* q = p.xq;
+  const uint8_t* sa = p.xq_scale;
+  if (q == nullptr) {
+    // 1. act_quant into the workspace: e4m3 codes, then the ue8m0 scales [m, num_kb].
+    DI_CHECK(p.x != nullptr && p.workspace != nullptr,
+             "fp8_gemm: needs x and a workspace, or quantised xq + xq_scale");
+    DI_CHECK(p.workspace_bytes >= fp8_gemm_workspace_bytes(p.m, p.k, p.block),
+             "fp8_gemm: workspace of {} bytes, {} needed", p.workspace_bytes,
+             fp8_gemm_workspace_bytes(p.m, p.k, p.block));
+    DI_CHECK(aligned(p.workspace, 256), "fp8_gemm: workspace needs 256-byte alignment");
+    auto* wq = static_cast<uint8_t*>(p.workspace);
+    auto* wsa = wq + q_bytes(p.m, p.k);
+    fp8_act_quant({p.x, p.x_dtype, p.m, p.k, p.block, wq, wsa}, stream);
+    q = wq;
+    sa = wsa;
+  } else {
+    DI_CHECK(sa != nullptr && aligned(q, 16), "fp8_gemm: xq needs xq_scale and 16-byte alignment");
+  }
 
   // 2. The tensor-core GEMM.
   const int64_t num_kb = ceil_div(p.k, p.block);
@@ -158,9 +176,7 @@ void fp8_gemm(const Fp8GemmParams& p, const Fp8GemmPlan& plan, cudaStream_t stre
                         CU_TENSOR_MAP_SWIZZLE_128B, "activation");
   l.map_b = make_map_2d(p.weight, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.k, p.n, p.k, 128, plan.block_n,
                         CU_TENSOR_MAP_SWIZZLE_128B, "weight");
-  l.map_sa = make_map_2d(sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, m_pad(p.m), num_kb,
-                         m_pad(p.m) * static_cast<int64_t>(sizeof(float)), plan.block_m,
-                         128 / p.block, CU_TENSOR_MAP_SWIZZLE_NONE, "activation scale");
+  l.args.act_scale = sa;
   l.args.weight_scale = p.weight_scale;
   l.args.out = p.out;
   l.args.m = static_cast<int>(p.m);

@@ -22,14 +22,18 @@ enum class Fp8GemmArch : uint8_t { kSm90 };  // room for kSm100 (tcgen05) later
 // instructions, promoted with the same fp32 fma), so a row's result does not depend on m.
 struct Fp8GemmPlan {
   Fp8GemmArch arch = Fp8GemmArch::kSm90;
-  int block_m = 128;     // 64 per consumer warpgroup
+  // m <= 64: the swapped kernel (weight rows as the wgmma M side, 64 per consumer warpgroup;
+  // block_m = the token tile 8, 16, 32 or 64). Otherwise 64 rows per consumer warpgroup.
+  bool swapped = false;
+  int swap_wgs = 1;  // swapped: consumer warpgroups per CTA (block_n = 64 swap_wgs weight rows)
+  int block_m = 128;
   int block_n = 128;     // 16, 32, 64 or 128
   int stages = 4;        // shared-memory pipeline depth, 128 K-columns per stage
   int a_box_rows = 128;  // activation rows copied per stage (<= block_m; small m copies fewer)
-  // Fixed split-K: K is cut into num_chunks chunks of chunk_stages x 128 columns, a function of k
-  // only (never of m). Each chunk's fp32 sum restarts at 0; the chunk sums are added in chunk
-  // order. Decode runs one CTA per chunk (cluster of num_chunks, DSMEM combine); prefill folds
-  // the chunks in one CTA: the same fp32 operations, so rows stay bitwise batch-invariant.
+  // Fixed split-K: K is cut into num_chunks chunks of chunk_stages x 128 columns, a function of
+  // (n, k, #SMs) only (never of m). Each chunk's fp32 sum restarts at 0; the chunk sums are added
+  // in chunk order. Decode runs one CTA per chunk (cluster of num_chunks, DSMEM combine); prefill
+  // folds the chunks in one CTA: the same fp32 operations, so rows stay bitwise batch-invariant.
   int chunk_stages = 1;
   int num_chunks = 1;
   int64_t m = 0, n = 0, k = 0;
@@ -38,7 +42,8 @@ struct Fp8GemmPlan {
   unsigned grid_m = 0, grid_n = 0;
 };
 
-// Bytes of workspace the GEMM needs for m x k activations (e4m3 codes + K-block-major scales).
+// Bytes of workspace the GEMM needs to quantise m x k activations (e4m3 codes + ue8m0 scales);
+// none is needed when the caller passes already-quantised activations (Fp8GemmParams::xq).
 size_t fp8_gemm_workspace_bytes(int64_t m, int64_t k, int block);
 
 // Chooses the kernel for (m, n, k, block) on a device with `sm_count` multiprocessors and compute

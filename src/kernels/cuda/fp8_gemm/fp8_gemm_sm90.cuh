@@ -5,8 +5,9 @@
 //
 // CTA = one producer warpgroup (one thread issues the bulk tensor copies) + kConsumers consumer
 // warpgroups, each owning 64 rows x kBlockN columns. A stage holds 128 K-columns of the quantised
-// activations [block_m x 128], of the weight [kBlockN x 128] (both 128-byte swizzled, K-major)
-// and the tile's activation scales [128 / B][block_m]; full/empty mbarriers per stage.
+// activations [block_m x 128] and of the weight [kBlockN x 128] (both 128-byte swizzled,
+// K-major); full/empty mbarriers per stage. The activation scales (ue8m0 bytes [m, num_kb]) are
+// read per thread, the weight scales of the tile once into shared memory.
 //
 // Per K-block the consumer issues the k32 wgmmas of that block into a fresh partial (scale-d = 0
 // on the first), waits, and promotes: acc = fma(partial, s_x * s_w, acc). That order is the same
@@ -33,7 +34,6 @@ struct Sm90Config {
   static constexpr int kKbPerStage = kStageK / kBlock;
   static constexpr int kStageA = kBlockM * kStageK;
   static constexpr int kStageB = kBlockN * kStageK;
-  static constexpr int kStageSa = kBlockM * kKbPerStage * 4;
   static constexpr int kScaleCols = kBlockN >= kBlock ? kBlockN / kBlock : 1;  // weight blocks/tile
 };
 
@@ -77,50 +77,45 @@ __device__ __forceinline__ void store_tile(OutT* out, const Sm90Args& args,
   }
 }
 
-// Split-K combine inside the cluster (decode; one consumer warpgroup). Every CTA parks its chunk
-// partial in its own (now idle) pipeline shared memory; after a cluster barrier, rank 0 forms
-// total = c0, total = total + c1, ... in chunk order (the same fp32 adds as the prefill fold),
-// stores the tile, and a second barrier keeps the other CTAs' shared memory alive until then.
-// Every thread of every CTA (producer warpgroup included) calls this exactly once.
-template <int kBlockN, typename OutT>
-__device__ __forceinline__ void split_reduce_and_store(const float* acc, bool consumer,
-                                                       uint8_t* smem, const Sm90Args& args, int n0,
-                                                       int m0, int t, int row0) {
+// Split-K combine inside the cluster (decode). Every consumer thread parks its chunk partial
+// (kRegs values at park[i * 128 + slot], slot unique per consumer thread, 128-strided per
+// warpgroup) in its CTA's (now idle) pipeline shared memory; after a cluster barrier, rank 0 forms
+// total = c0, total = total + c1, ... in chunk order (the same fp32 adds as the prefill fold) into
+// `acc`, and a second barrier keeps the other CTAs' shared memory alive until then. Every thread
+// of every CTA (producer included) calls this exactly once; it returns true for the consumer
+// threads of rank 0, which then store `acc`. kConsumerThreads: consumer threads per CTA (they
+// sync on named barrier 1 before overwriting the pipeline buffers).
+template <int kRegs, int kConsumerThreads>
+__device__ __forceinline__ bool cluster_chunk_sum(float* acc, bool consumer, float* park) {
   namespace cg = cooperative_groups;
-  constexpr int kRegs = WgmmaE4m3<kBlockN>::kRegs;
   cg::cluster_group cluster = cg::this_cluster();
-  float* park = reinterpret_cast<float*>(smem);  // [kRegs][128]
   if (consumer) {
     // The last stage's wgmmas of the other warps may still read the pipeline buffers.
-    asm volatile("bar.sync 1, 128;" ::: "memory");
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
 #pragma unroll
     for (int i = 0; i < kRegs; ++i)
-      park[i * 128 + t] = acc[i];
+      park[i * 128] = acc[i];
   }
   cluster.sync();
   const unsigned chunks = cluster.num_blocks();
-  if (consumer && cluster.block_rank() == 0) {
-    float tot[kRegs];
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i)
-      tot[i] = park[i * 128 + t];
+  const bool mine = consumer && cluster.block_rank() == 0;
+  if (mine) {
     for (unsigned r = 1; r < chunks; ++r) {
       const float* remote = cluster.map_shared_rank(park, r);
 #pragma unroll
       for (int i = 0; i < kRegs; ++i)
-        tot[i] = tot[i] + remote[i * 128 + t];
+        acc[i] = acc[i] + remote[i * 128];
     }
-    store_tile<kBlockN>(static_cast<OutT*>(args.out), args, tot, n0, m0 + row0, t % 32);
   }
   cluster.sync();
+  return mine;
 }
 
 template <int kBlockN, int kConsumers, int kBlock, int kStages, typename OutT, bool kSplit,
           bool kFold>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     fp8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
-                         const __grid_constant__ CUtensorMap map_b,
-                         const __grid_constant__ CUtensorMap map_sa, const Sm90Args args) {
+                         const __grid_constant__ CUtensorMap map_b, const Sm90Args args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   using Cfg = Sm90Config<kBlockN, kConsumers, kBlock, kStages>;
   using Mma = WgmmaE4m3<kBlockN>;
@@ -131,14 +126,9 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
                                              ~static_cast<uintptr_t>(1023));
   uint8_t* s_a = smem;
   uint8_t* s_b = s_a + kStages * Cfg::kStageA;
-  float* s_sa = reinterpret_cast<float*>(s_b + kStages * Cfg::kStageB);
-  uint64_t* full = reinterpret_cast<uint64_t*>(s_sa + kStages * Cfg::kStageSa / 4);
+  uint64_t* full = reinterpret_cast<uint64_t*>(s_b + kStages * Cfg::kStageB);
   uint64_t* empty = full + kStages;
   float* s_sw = reinterpret_cast<float*>(empty + kStages);  // [kScaleCols][num_kb]
-  // Prefill: fp32 chunk totals [kRegs][128 * kConsumers] (per-thread, conflict-free), 16-aligned.
-  [[maybe_unused]] float* s_tot = reinterpret_cast<float*>(
-      (reinterpret_cast<uintptr_t>(s_sw + Cfg::kScaleCols * args.num_kb) + 15) &
-      ~static_cast<uintptr_t>(15));
 
   const int warpgroup = threadIdx.x / 128;
   const int n0 = blockIdx.x * kBlockN;
@@ -157,15 +147,16 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     mbar_init_fence();
     tma_prefetch_descriptor(&map_a);
     tma_prefetch_descriptor(&map_b);
-    tma_prefetch_descriptor(&map_sa);
   }
   __syncthreads();
 
   if (warpgroup == 0) {
     // Producer: one thread keeps kStages stages of copies in flight; the weight copies of the
-    // first stages go out first (the weight-scale loads of the consumers overlap them).
+    // first stages go out first (the weight-scale loads of the consumers overlap them). With two
+    // consumer warpgroups it hands most of its registers to them (chunk totals live there).
+    if constexpr (kConsumers == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == 0) {
-      const uint32_t tx = args.a_stage_bytes + Cfg::kStageB + Cfg::kStageSa;
+      const uint32_t tx = args.a_stage_bytes + Cfg::kStageB;
       const int pre = min(kStages, it_end - it_begin);
       for (int li = 0; li < pre; ++li) {
         mbar_arrive_expect_tx(&full[li], tx);
@@ -174,7 +165,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       for (int li = 0; li < pre; ++li) {
         const int it = it_begin + li;
         tma_load_2d(s_a + li * Cfg::kStageA, &map_a, &full[li], it * kStageK, m0);
-        tma_load_2d(s_sa + li * (Cfg::kStageSa / 4), &map_sa, &full[li], m0, it * Cfg::kKbPerStage);
       }
       for (int it = it_begin + pre; it < it_end; ++it) {
         const int li = it - it_begin;
@@ -183,15 +173,13 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         mbar_arrive_expect_tx(&full[s], tx);
         tma_load_2d(s_a + s * Cfg::kStageA, &map_a, &full[s], it * kStageK, m0);
         tma_load_2d(s_b + s * Cfg::kStageB, &map_b, &full[s], it * kStageK, n0);
-        tma_load_2d(s_sa + s * (Cfg::kStageSa / 4), &map_sa, &full[s], m0, it * Cfg::kKbPerStage);
       }
     }
-    if constexpr (kSplit) {
-      split_reduce_and_store<kBlockN, OutT>(nullptr, false, smem, args, n0, m0, 0, 0);
-    }
+    if constexpr (kSplit) cluster_chunk_sum<kRegs, 128>(nullptr, false, nullptr);
     return;
   }
 
+  if constexpr (kConsumers == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
   // The weight scales of this CTA's K-blocks (kScaleCols weight-block rows), loaded by the
   // consumers while the first copies are in flight; layout [kScaleCols][num_kb].
   {
@@ -226,17 +214,32 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   constexpr int kMmaPerKb = kBlock / 32;
   float acc[kRegs];
   float part[kBatch][kRegs];
+  [[maybe_unused]] float tot[kFold ? kRegs : 1];  // prefill: fp32 K-chunk totals
 #pragma unroll
   for (int i = 0; i < kRegs; ++i)
     acc[i] = 0.0f;
 
+  // This thread's two activation rows; their K-block scales are read from the ue8m0 bytes (L1/L2
+  // resident) before each stage's wait, so the loads overlap it.
+  const int64_t grow0 = static_cast<int64_t>(m0) + row0;
+  const uint8_t* sa_row0 = args.act_scale + grow0 * args.num_kb;
+  const uint8_t* sa_row1 = sa_row0 + 8 * static_cast<int64_t>(args.num_kb);
+  const bool have0 = grow0 < args.m;
+  const bool have1 = grow0 + 8 < args.m;
+
   for (int it = it_begin; it < it_end; ++it) {
     const int li = it - it_begin;
     const int s = li % kStages;
+    float sa0v[Cfg::kKbPerStage], sa1v[Cfg::kKbPerStage];
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kKbPerStage; ++kk) {
+      const int kb = min(it * Cfg::kKbPerStage + kk, args.num_kb - 1);
+      sa0v[kk] = have0 ? ue8m0_to_float(__ldg(sa_row0 + kb)) : 0.0f;
+      sa1v[kk] = have1 ? ue8m0_to_float(__ldg(sa_row1 + kb)) : 0.0f;
+    }
     mbar_wait(&full[s], (li / kStages) & 1);
     const uint64_t desc_a = smem_desc_k128_sw128(s_a + s * Cfg::kStageA + consumer * 64 * kStageK);
     const uint64_t desc_b = smem_desc_k128_sw128(s_b + s * Cfg::kStageB);
-    const float* sa = s_sa + s * (Cfg::kStageSa / 4);
 #pragma unroll
     for (int kk0 = 0; kk0 < Cfg::kKbPerStage; kk0 += kBatch) {
       wgmma_fence();
@@ -262,8 +265,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         const int kk = kk0 + b;
         const int kb = it * Cfg::kKbPerStage + kk;
         if (kb >= args.num_kb) break;
-        const float sa0 = sa[kk * Cfg::kBlockM + row0];
-        const float sa1 = sa[kk * Cfg::kBlockM + row0 + 8];
+        const float sa0 = sa0v[kk];
+        const float sa1 = sa1v[kk];
         float sw[Cfg::kScaleCols];
 #pragma unroll
         for (int c = 0; c < Cfg::kScaleCols; ++c)
@@ -286,12 +289,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     if constexpr (kFold) {
       // End of a K-chunk: total = c0, then total = total + c (fixed order), acc restarts at 0.
       if ((it + 1) % args.chunk_stages == 0 || it + 1 == it_end) {
-        float* tot = s_tot + consumer * 128 + t;
         const bool first = it < args.chunk_stages;
 #pragma unroll
         for (int i = 0; i < kRegs; ++i) {
-          const float v = first ? acc[i] : tot[i * 128 * kConsumers] + acc[i];
-          tot[i * 128 * kConsumers] = v;
+          tot[i] = first ? acc[i] : tot[i] + acc[i];
           acc[i] = 0.0f;
         }
       }
@@ -299,14 +300,15 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   }
 
   if constexpr (kSplit) {
-    split_reduce_and_store<kBlockN, OutT>(acc, true, smem, args, n0, m0, t, row0);
+    if (cluster_chunk_sum<kRegs, 128>(acc, true, reinterpret_cast<float*>(smem) + t)) {
+      store_tile<kBlockN>(static_cast<OutT*>(args.out), args, acc, n0, m0 + row0, lane);
+    }
     return;
   } else {
     if constexpr (kFold) {
-      const float* tot = s_tot + consumer * 128 + t;
 #pragma unroll
       for (int i = 0; i < kRegs; ++i)
-        acc[i] = tot[i * 128 * kConsumers];
+        acc[i] = tot[i];
     }
     OutT* out = static_cast<OutT*>(args.out);
     store_tile<kBlockN>(out, args, acc, n0, m0 + row0, lane);

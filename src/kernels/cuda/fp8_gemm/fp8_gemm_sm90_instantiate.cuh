@@ -5,57 +5,102 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/fp8_gemm/fp8_gemm_sm90.cuh"
 #include "kernels/cuda/fp8_gemm/fp8_gemm_sm90_launch.h"
+#include "kernels/cuda/fp8_gemm/fp8_gemm_sm90_swap.cuh"
 
 namespace di::fp8_sm90 {
+
+// Cluster launch of a 1 x 1 x num_chunks split-K grid (the chunk sums are combined in chunk order
+// through distributed shared memory). pdl: the kernel waits for its predecessor itself
+// (griddepcontrol.wait) and may start before it ends (programmatic dependent launch).
+template <typename Kernel>
+void launch_split(Kernel kernel, const Fp8GemmPlan& plan, const Sm90Launch& l, unsigned threads,
+                  size_t smem, bool pdl, cudaStream_t stream) {
+  DI_CHECK(plan.num_chunks >= 1 && plan.num_chunks <= 8, "fp8_gemm: {} K-chunks", plan.num_chunks);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(plan.grid_n, plan.grid_m, static_cast<unsigned>(plan.num_chunks));
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = static_cast<unsigned>(plan.num_chunks);
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 2 : 1;
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l.map_a, l.map_b, l.args));
+}
 
 template <int kBlockN, int kConsumers, int kBlock, int kStages, typename OutT, bool kFold = false>
 void launch_config(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
   constexpr bool kSplit = kConsumers == 1;
   const auto kernel =
       fp8_gemm_sm90_kernel<kBlockN, kConsumers, kBlock, kStages, OutT, kSplit, kFold>;
-  const size_t smem =
-      sm90_smem_bytes(64 * kConsumers, kBlockN, kBlock, kStages, l.args.num_kb, kFold);
+  const size_t smem = sm90_smem_bytes(64 * kConsumers, kBlockN, kBlock, kStages, l.args.num_kb);
   DI_CHECK(smem == plan.smem_bytes && plan.stages == kStages,
            "fp8_gemm: plan does not match the kernel configuration");
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   if constexpr (kConsumers == 1) {
-    // Decode: split-K over a 1 x 1 x num_chunks cluster (combined through distributed shared
-    // memory in chunk order, see split_reduce_and_store).
-    DI_CHECK(plan.num_chunks >= 1 && plan.num_chunks <= 8, "fp8_gemm: {} K-chunks",
-             plan.num_chunks);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(plan.grid_n, plan.grid_m, static_cast<unsigned>(plan.num_chunks));
-    cfg.blockDim = dim3(128 * (kConsumers + 1));
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = static_cast<unsigned>(plan.num_chunks);
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l.map_a, l.map_b, l.map_sa, l.args));
+    launch_split(kernel, plan, l, 128 * (kConsumers + 1), smem, /*pdl=*/false, stream);
   } else {
     kernel<<<dim3(plan.grid_n, plan.grid_m), 128 * (kConsumers + 1), smem, stream>>>(
-        l.map_a, l.map_b, l.map_sa, l.args);
+        l.map_a, l.map_b, l.args);
     DI_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+template <int kTok, int kBlock, typename OutT>
+void launch_swap(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
+  const auto run = [&](auto wgs) {
+    constexpr int kWgs = decltype(wgs)::value;
+    const auto kernel = fp8_gemm_sm90_swap_kernel<kTok, kBlock, kWgs, OutT>;
+    const size_t smem =
+        sm90_swap_smem_bytes(kTok, kWgs, kBlock, plan.chunk_stages * (128 / kBlock));
+    DI_CHECK(smem == plan.smem_bytes && plan.block_m == kTok && plan.block_n == 64 * kWgs &&
+                 plan.stages == swap_stages(kTok, kWgs),
+             "fp8_gemm: plan does not match the swapped kernel configuration");
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    launch_split(kernel, plan, l, 128 * kWgs + 32, smem, /*pdl=*/true, stream);
+  };
+  if (plan.swap_wgs == 2) {
+    run(std::integral_constant<int, 2>{});
+  } else {
+    run(std::integral_constant<int, 1>{});
   }
 }
 
 template <int kBlock, typename OutT>
 void dispatch_tile(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
+  if (plan.swapped) {
+    switch (plan.block_m) {
+      case 8:
+        return launch_swap<8, kBlock, OutT>(plan, l, stream);
+      case 16:
+        return launch_swap<16, kBlock, OutT>(plan, l, stream);
+      case 32:
+        return launch_swap<32, kBlock, OutT>(plan, l, stream);
+      case 64:
+        return launch_swap<64, kBlock, OutT>(plan, l, stream);
+      default:
+        DI_CHECK(false, "fp8_gemm: unsupported swapped token tile {}", plan.block_m);
+    }
+  }
   if (plan.block_m == 128) {
     DI_CHECK(plan.block_n == 128, "fp8_gemm: block_m 128 needs block_n 128, got {}", plan.block_n);
     if (plan.num_chunks == 1) {
       launch_config<128, 2, kBlock, kPrefillStages, OutT, false>(plan, l, stream);
     } else {
-      launch_config<128, 2, kBlock, kPrefillFoldStages, OutT, true>(plan, l, stream);
+      launch_config<128, 2, kBlock, kPrefillStages, OutT, true>(plan, l, stream);
     }
     return;
   }

@@ -12,12 +12,22 @@
 
 namespace di::fp8_sm90 {
 
-inline constexpr int kDecodeStages = 8;       // block_m 64: weight streaming wants bytes in flight
-inline constexpr int kPrefillStages = 5;      // block_m 128 x block_n 128: 34 KB per stage
-inline constexpr int kPrefillFoldStages = 4;  // the same + 64 KB of fp32 K-chunk totals
+inline constexpr int kDecodeStages = 8;   // block_m 64: weight streaming wants bytes in flight
+inline constexpr int kPrefillStages = 6;  // block_m 128 x block_n 128: 32 KB per stage
+inline constexpr int kSwapMaxM = 64;      // up to here: the swapped (weight-as-A) kernel
+// Swapped kernel: kWgs consumer warpgroups of 64 weight rows; a stage is 64 kWgs weight rows x
+// 128 K + tokens x 128. Stages and CTAs per multiprocessor keep ~100-150 KB of weight copies in
+// flight per multiprocessor.
+constexpr int swap_stages(int tokens, int wgs) {
+  return wgs == 1 ? 6 : (tokens <= 32 ? 5 : 4);
+}
+constexpr int swap_min_ctas(int tokens, int wgs) {
+  return wgs == 1 ? (tokens <= 16 ? 3 : 2) : (tokens <= 16 ? 2 : 1);
+}
 
 struct Sm90Args {
   const uint8_t* weight_scale;  // [ceil(n / B), num_kb] ue8m0
+  const uint8_t* act_scale;     // [m, num_kb] ue8m0 (activation scales, row-major)
   void* out;                    // [m, n]
   int m;
   int n;
@@ -29,22 +39,28 @@ struct Sm90Args {
 };
 
 struct Sm90Launch {
-  CUtensorMap map_a;   // quantised activations [m, k] e4m3, box {128, a_box_rows}, 128B swizzle
-  CUtensorMap map_b;   // weight [n, k] e4m3, box {128, block_n}, 128B swizzle
-  CUtensorMap map_sa;  // activation scales [num_kb, m_pad] fp32, box {block_m, 128 / B}
+  CUtensorMap map_a;  // quantised activations [m, k] e4m3, box {128, a_box_rows}, 128B swizzle
+  CUtensorMap map_b;  // weight [n, k] e4m3, box {128, block_n}, 128B swizzle
   Sm90Args args;
 };
 
 // Dynamic shared memory of a configuration (1024 bytes of alignment slack included).
-constexpr size_t sm90_smem_bytes(int block_m, int block_n, int block, int stages, int num_kb,
-                                 bool fold) {
+constexpr size_t sm90_smem_bytes(int block_m, int block_n, int block, int stages, int num_kb) {
   const int scale_cols = block_n >= block ? block_n / block : 1;
-  const size_t stage = static_cast<size_t>(block_m) * 128 + static_cast<size_t>(block_n) * 128 +
-                       static_cast<size_t>(block_m) * (128 / block) * 4;
-  // Prefill with several K-chunks keeps fp32 chunk totals of the whole tile in shared memory.
-  const size_t totals = fold ? 16 + static_cast<size_t>(block_m) * block_n * 4 : 0;
+  const size_t stage = static_cast<size_t>(block_m) * 128 + static_cast<size_t>(block_n) * 128;
   return 1024 + stages * stage + 2 * stages * sizeof(uint64_t) +
-         static_cast<size_t>(scale_cols) * num_kb * 4 + totals;
+         static_cast<size_t>(scale_cols) * num_kb * 4;
+}
+
+// The swapped kernel (m <= kSwapMaxM): 64 wgs weight rows per CTA as the wgmma A operand, the
+// tokens (padded to `tokens` = 8, 16, 32 or 64) as B; one K-chunk of chunk_kbs K-blocks per CTA,
+// whose weight and activation scale bytes it keeps in shared memory.
+constexpr size_t sm90_swap_smem_bytes(int tokens, int wgs, int block, int chunk_kbs) {
+  const int stages = swap_stages(tokens, wgs);
+  const size_t stage = static_cast<size_t>(64 * wgs) * 128 + static_cast<size_t>(tokens) * 128;
+  const size_t sw_rows = 64 * wgs / block > 0 ? 64 * wgs / block : 1;
+  return 1024 + stages * stage + 2 * stages * sizeof(uint64_t) +
+         (sw_rows + static_cast<size_t>(tokens)) * chunk_kbs;
 }
 
 template <int kBlock>
