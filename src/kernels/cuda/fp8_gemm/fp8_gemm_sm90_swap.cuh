@@ -194,41 +194,12 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
   };
   auto wait_full = [&](int li) { mbar_wait(&full[li % kStages], (li / kStages) & 1); };
   const int n_st = it_end - it_begin;
-  using AllKb = std::integral_constant<int, kKbPerStage>;
 
-  if constexpr (kTok <= 16 && kWgs == 1) {
-    // Two partial sets: stage li + 1's wgmmas run while stage li is promoted.
-    float pa[kKbPerStage][kRegs];
-    float pb[kKbPerStage][kRegs];
-    wait_full(0);
-    issue(0, 0, pa, AllKb{});
-    for (int li = 0; li < n_st; li += 2) {
-      if (li + 1 < n_st) {
-        wait_full(li + 1);
-        issue(li + 1, 0, pb, AllKb{});
-        wgmma_wait<1>();
-      } else {
-        wgmma_wait<0>();
-      }
-      settle(pa, AllKb{});
-      release(li);
-      promote(li, 0, pa, AllKb{});
-      if (li + 1 < n_st) {
-        if (li + 2 < n_st) {
-          wait_full(li + 2);
-          issue(li + 2, 0, pa, AllKb{});
-          wgmma_wait<1>();
-        } else {
-          wgmma_wait<0>();
-        }
-        settle(pb, AllKb{});
-        release(li + 1);
-        promote(li + 1, 0, pb, AllKb{});
-      }
-    }
-  } else {
-    // K-blocks per commit group: all of the stage's, except for 64 tokens with 32-column blocks
-    // (4 partials of 32 registers would spill): two groups of two.
+  {
+    // One wait per commit group (ptxas serialises wgmmas when other accumulators are read while
+    // a group is in flight, so a second partial set would not overlap anything; the CTAs per SM
+    // overlap each other instead). K-blocks per commit group: all of the stage's, except for 64
+    // tokens with 32-column blocks (4 partials of 32 registers would spill): two groups of two.
     constexpr int kBatch = (kTok == 64 && kKbPerStage == 4) ? 2 : kKbPerStage;
     using Batch = std::integral_constant<int, kBatch>;
     float part[kBatch][kRegs];
