@@ -108,7 +108,8 @@ int main(int argc, char** argv) {
 
     const int64_t dim = 5120, hc = di::kMhcStreams, mix = di::kMhcMixes;
     const int64_t t_max = 16384;
-    std::vector<float> fn(di::mhc_fn_packed_floats(dim)), packed(fn.size());
+    std::vector<float> fn(static_cast<size_t>(di::kMhcMixes) * di::kMhcStreams * dim);
+    std::vector<uint32_t> packed(di::mhc_fn_packed_words(dim));
     std::mt19937 rng(3);
     std::normal_distribution<float> dist(0.0f, 0.01f);
     for (auto& v : fn)
@@ -142,7 +143,7 @@ int main(int argc, char** argv) {
         if (t_only > 0 && t != t_only) continue;
         di::MhcPreParams p;
         p.stream = x.data();
-        p.fn_packed = fd.as<float>();
+        p.fn_packed = fd.as<uint32_t>();
         p.scale = sd.as<float>();
         p.base = bd.as<float>();
         p.carried_pre = cd.as<float>();

@@ -24,13 +24,13 @@ enum class MhcStorage : uint8_t { kF32, kBf16 };
 // The pre side of one site, for T tokens. dim % 64 == 0; stream / collapsed 16-byte aligned.
 // Bitwise batch-invariant: a row's outputs do not depend on T or on the row's position.
 struct MhcPreParams {
-  const void* stream = nullptr;        // [T, 4, dim] X, fp32 or bf16 bits (storage)
-  const float* fn_packed = nullptr;    // [4 * dim * 24] fn [24, 4 * dim] in mhc_pack_fn order
-  const float* scale = nullptr;        // [3] (pre, post, comb)
-  const float* base = nullptr;         // [24]
-  const float* carried_pre = nullptr;  // [T, 4] pre-mix of the previous site (layer 0: one-hot)
-  int64_t tokens = 0;                  // T >= 0
-  int64_t dim = 0;                     // D: 5120 (V4.1), 4096 (V4), any multiple of 64
+  const void* stream = nullptr;         // [T, 4, dim] X, fp32 or bf16 bits (storage)
+  const uint32_t* fn_packed = nullptr;  // fn [24, 4 * dim] as bf16 pieces, mhc_pack_fn order
+  const float* scale = nullptr;         // [3] (pre, post, comb)
+  const float* base = nullptr;          // [24]
+  const float* carried_pre = nullptr;   // [T, 4] pre-mix of the previous site (layer 0: one-hot)
+  int64_t tokens = 0;                   // T >= 0
+  int64_t dim = 0;                      // D: 5120 (V4.1), 4096 (V4), any multiple of 64
   MhcStorage storage = MhcStorage::kF32;
   float norm_eps = 1e-20f;  // rms eps of the flattened row (rms_norm_eps)
   float hc_eps = 1e-6f;

@@ -69,7 +69,8 @@ std::vector<float> from_storage(const std::vector<uint8_t>& b, MhcStorage st) {
 }
 
 struct Site {
-  std::vector<float> fn, packed, scale, base;
+  std::vector<float> fn, scale, base;
+  std::vector<uint32_t> packed;
 };
 
 Site random_site(int64_t dim, uint64_t seed) {
@@ -77,7 +78,7 @@ Site random_site(int64_t dim, uint64_t seed) {
   // fn ~ N(0, 0.01): the mixes of a unit-rms row are O(1), so sigmoid and softmax are not
   // saturated.
   s.fn = random_values(static_cast<size_t>(kMix * kHc * dim), seed, 0.01f, MhcStorage::kF32);
-  s.packed.resize(s.fn.size());
+  s.packed.resize(mhc_fn_packed_words(dim));
   mhc_pack_fn(s.fn.data(), dim, s.packed.data());
   s.scale = {0.8f, 0.6f, 1.3f};
   s.base = random_values(kMix, seed + 1, 0.7f, MhcStorage::kF32);
@@ -118,7 +119,7 @@ class MhcCudaTest : public ::testing::Test {
       b->fill_async(0xFF, stream.get());
     MhcPreParams p;
     p.stream = xd.data();
-    p.fn_packed = fd.as<float>();
+    p.fn_packed = fd.as<uint32_t>();
     p.scale = sd.as<float>();
     p.base = bd.as<float>();
     p.carried_pre = cd.as<float>();

@@ -21,15 +21,19 @@ int mhc_pre_splits(int64_t dim);
 // Bytes of MhcPreParams::workspace for `tokens` rows (partial sums, [splits, T, 25] fp32).
 size_t mhc_pre_workspace_bytes(int64_t tokens, int64_t dim);
 
-// Floats of the packed fn (same count as fn: 24 * 4 * dim).
-inline size_t mhc_fn_packed_floats(int64_t dim) {
-  return static_cast<size_t>(kMhcMixes) * kMhcStreams * static_cast<size_t>(dim);
+// 32-bit words of the packed fn: 576 per 16 k (32 lanes x 18 words), 1.5x the bytes of fn.
+inline size_t mhc_fn_packed_words(int64_t dim) {
+  return static_cast<size_t>(kMhcStreams) * static_cast<size_t>(dim) / 16 * 576;
 }
 
-// Host-side, once per weight at load time: fn [24, 4 * dim] row-major fp32 -> packed
-// [4 * dim / 16][3][32][4] fp32, the order in which each lane of the pre kernel reads its tensor
-// core B fragments (one 16-byte coalesced load per lane per chunk). Values are unchanged.
-void mhc_pack_fn(const float* fn, int64_t dim, float* packed);
+// Host-side, once per weight at load time: fn [24, 4 * dim] row-major fp32 -> every value split
+// into three bf16 pieces f = p0 + p1 + p2 (p0 = bf16_rn(f), p1 = bf16_rn(f - p0), p2 =
+// bf16_rn(f - p0 - p1); exact for normal values), stored as the tensor-core B fragments of the
+// pre kernel: per 16 k, [4 chunks][32 lanes][4 words] then [32 lanes][2 words]; lane word
+// 6 p + 2 n + h holds piece p of the pair (k = 2q + 8h, 2q + 8h + 1) of mix 8n + g (low half
+// first), lane = 4g + q. Each lane reads its 18 words with four 16-byte and one 8-byte
+// coalesced load.
+void mhc_pack_fn(const float* fn, int64_t dim, uint32_t* packed);
 
 // Pre side: mixes (pre / post / comb) and the collapse with the carried pre. Two launches on
 // `stream`: the fused pass over the stream (partial sums per split) and a per-token finalize.

@@ -188,19 +188,29 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
   };
   Cursor lcur = start, ccur = start;  // next load, next compute
 
+  // The load loop's per-thread constants: each row of a stage is kPerRow 16-byte pieces (4
+  // copies x kSegPieces) and the CTA's threads cover kRowStep whole rows per pass.
+  constexpr int kPerRow = kMhcStreams * kSegPieces;
+  static_assert(kThreads % kPerRow == 0 && kPieces % kThreads == 0, "load tiling");
+  constexpr int kRowStep = kThreads / kPerRow;
+  const int ld_r0 = tid / kPerRow;
+  const int ld_j = (tid % kPerRow) / kSegPieces;
+  const int ld_sg = tid % kSegPieces;
+
   auto load_stage = [&](int buf) {
     const Step st = step_of(lcur);
     advance(lcur);
     unsigned char* dst = smem + buf * kStage;
-    for (int i = tid; i < kPieces; i += kThreads) {
-      const int r = i / (kMhcStreams * kSegPieces);
-      const int rem = i % (kMhcStreams * kSegPieces);
-      const int j = rem / kSegPieces, s = rem % kSegPieces;
-      const bool valid = r < st.rows;
-      const Elem* src =
-          valid ? x + ((st.t0 + r) * kMhcStreams + j) * dim + st.d0 + s * (16 / sizeof(Elem)) : x;
-      cp_async16(dst + r * kRowBytes + j * kChunk * static_cast<int>(sizeof(Elem)) + s * 16, src,
-                 valid);
+    // Thread tid copies the 16-byte piece (copy j, segment sg) of rows r0, r0 + kRowStep, ...
+    const Elem* src = x + ((st.t0 + ld_r0) * kMhcStreams + ld_j) * dim + st.d0 +
+                      ld_sg * static_cast<int>(16 / sizeof(Elem));
+    unsigned char* d =
+        dst + ld_r0 * kRowBytes + ld_j * kChunk * static_cast<int>(sizeof(Elem)) + ld_sg * 16;
+#pragma unroll
+    for (int k = 0; k < kPieces / kThreads; ++k) {
+      const bool valid = ld_r0 + k * kRowStep < st.rows;
+      cp_async16(d + k * kRowStep * kRowBytes,
+                 valid ? src + static_cast<int64_t>(k) * kRowStep * kMhcStreams * dim : x, valid);
     }
     float* pre_dst = reinterpret_cast<float*>(dst + kStageX);
     for (int i = tid; i < kRows * kMhcStreams; i += kThreads) {
@@ -220,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
   }
 
   const int64_t kblocks_per_copy = dim / 16;
-  const float4* fn4 = reinterpret_cast<const float4*>(p.fn_packed);
+  const uint32_t* fnw = p.fn_packed;  // 576 words per 16 k (mhc_pack_fn)
   Elem* out = static_cast<Elem*>(p.collapsed);
 
   for (int step = 0, cbuf = 0, lbuf = kStages - 1; step < nsteps; ++step) {
@@ -259,29 +269,38 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
         col[mt][e] = 0.0f;
     }
 
-    float4 fb_next[3];
+    // This lane's 18 B-fragment words of a 16-k block: piece p of pair (n, h) in word 6p + 2n + h.
+    struct FnWords {
+      uint4 c[4];
+      uint2 t;
+    };
+    const auto load_fn = [&](int64_t kb) {
+      const uint32_t* blk = fnw + kb * 576;
+      FnWords f;
 #pragma unroll
-    for (int i = 0; i < 3; ++i)
-      fb_next[i] = __ldg(fn4 + kb0 * 96 + i * 32 + lane);
+      for (int i = 0; i < 4; ++i)
+        f.c[i] = __ldg(reinterpret_cast<const uint4*>(blk + i * 128) + lane);
+      f.t = __ldg(reinterpret_cast<const uint2*>(blk + 512) + lane);
+      return f;
+    };
+    FnWords fb_next = load_fn(kb0);
 
 #pragma unroll
     for (int j = 0; j < kMhcStreams; ++j) {
-      float4 fb[3] = {fb_next[0], fb_next[1], fb_next[2]};
-      if (j + 1 < kMhcStreams) {
-        const int64_t kb = (j + 1) * kblocks_per_copy + kb0;
-#pragma unroll
-        for (int i = 0; i < 3; ++i)
-          fb_next[i] = __ldg(fn4 + kb * 96 + i * 32 + lane);
-      }
-      // B fragments: (n, h) pair -> lane values idx = (n * 2 + h) * 2 + e.
-      const float fv[12] = {fb[0].x, fb[0].y, fb[0].z, fb[0].w, fb[1].x, fb[1].y,
-                            fb[1].z, fb[1].w, fb[2].x, fb[2].y, fb[2].z, fb[2].w};
+      const FnWords fb = fb_next;
+      if (j + 1 < kMhcStreams) fb_next = load_fn((j + 1) * kblocks_per_copy + kb0);
+      const uint32_t fw[18] = {fb.c[0].x, fb.c[0].y, fb.c[0].z, fb.c[0].w, fb.c[1].x, fb.c[1].y,
+                               fb.c[1].z, fb.c[1].w, fb.c[2].x, fb.c[2].y, fb.c[2].z, fb.c[2].w,
+                               fb.c[3].x, fb.c[3].y, fb.c[3].z, fb.c[3].w, fb.t.x,    fb.t.y};
       Pieces bp[3][2];
 #pragma unroll
       for (int n = 0; n < 3; ++n) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          bp[n][h] = split3(fv[(n * 2 + h) * 2], fv[(n * 2 + h) * 2 + 1]);
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int pc = 0; pc < 3; ++pc)
+            bp[n][h].w[pc] = fw[6 * pc + 2 * n + h];
+        }
       }
 
 #pragma unroll
