@@ -12,7 +12,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr std::string_view kSuffix = ".safetensors";
+constexpr std::string_view kShardSuffix = ".safetensors";
 
 // Parses the index JSON, rejecting a repeated key: a tensor listed twice in weight_map must not
 // lose one of its shard assignments silently.
@@ -41,7 +41,7 @@ void check_shard_file_name(const std::string& file, const std::string& tensor,
   if (!plain) {
     DI_FAIL("{}: weight_map['{}'] = '{}' is not a plain file name", label, tensor, file);
   }
-  if (file.size() <= kSuffix.size() || !std::string_view(file).ends_with(kSuffix)) {
+  if (file.size() <= kShardSuffix.size() || !std::string_view(file).ends_with(kShardSuffix)) {
     DI_FAIL("{}: weight_map['{}'] = '{}' does not name a .safetensors file", label, tensor, file);
   }
 }

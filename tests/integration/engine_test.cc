@@ -14,6 +14,7 @@
 #include "engine/engine_core.h"
 #include "engine/llm_impl.h"
 #include "loader/safetensors.h"
+#include "tests_support/fixture_paths.h"
 
 namespace di {
 namespace {
@@ -25,11 +26,11 @@ using deepinfer::Prompt;
 using deepinfer::RequestOutput;
 using deepinfer::SamplingParams;
 
-const fs::path kFixture = fs::path(DI_SHARED_DIR) / "fixtures" / "v41-tiny-a";
+using testing_support::kTinyFixtureA;
 
-#define DI_REQUIRE_FIXTURE()                                                         \
-  if (!fs::exists(kFixture / "config.json")) GTEST_SKIP() << "missing " << kFixture; \
-  do {                                                                               \
+#define DI_REQUIRE_FIXTURE()                                                                   \
+  if (!fs::exists(kTinyFixtureA / "config.json")) GTEST_SKIP() << "missing " << kTinyFixtureA; \
+  do {                                                                                         \
   } while (0)
 
 EngineConfig fixture_config() {
@@ -51,14 +52,14 @@ std::vector<std::vector<int64_t>> rows_of(const SafetensorsFile& f, const std::s
 
 TEST(Engine, GreedyEqualsTheReferenceOnTheFixture) {
   DI_REQUIRE_FIXTURE();
-  const SafetensorsFile cases((kFixture / "cases.safetensors").string());
+  const SafetensorsFile cases((kTinyFixtureA / "cases.safetensors").string());
   const auto prompts = rows_of(cases, "greedy.prompt_ids");
   for (const std::string behaviour : {"intended", "shipped"}) {
     const auto expected = rows_of(cases, "greedy.fp64.ids_" + behaviour);
     EngineConfig cfg = fixture_config();
     cfg.precision = "fp64";
     cfg.index_key_quirk_shipped = behaviour == "shipped";
-    LLM llm(kFixture, cfg);
+    LLM llm(kTinyFixtureA, cfg);
     SamplingParams sp;
     sp.temperature = 0;
     sp.ignore_eos = true;
@@ -145,14 +146,14 @@ TEST(Engine, BatchInvariantAcrossSchedulingOrderAndPreemption) {
   DI_REQUIRE_FIXTURE();
   const EngineConfig base = fixture_config();
   const Workload w = [&] {
-    LLM probe(kFixture, base);
+    LLM probe(kTinyFixtureA, base);
     return make_workload(probe.impl().model_config().vocab_size);
   }();
 
   // (a) one at a time
   std::vector<RequestOutput> alone;
   {
-    LLM llm(kFixture, base);
+    LLM llm(kTinyFixtureA, base);
     for (size_t i = 0; i < w.prompts.size(); ++i) {
       alone.push_back(llm.generate({w.prompts[i]}, {w.params[i]}).at(0));
     }
@@ -162,14 +163,14 @@ TEST(Engine, BatchInvariantAcrossSchedulingOrderAndPreemption) {
   tight.max_num_seqs = 8;
   tight.max_num_batched_tokens = 64;
   {
-    LLM llm(kFixture, tight);
+    LLM llm(kTinyFixtureA, tight);
     const auto together = llm.generate(w.prompts, w.params);
     expect_same_outputs(alone, together, "batched");
     EXPECT_GT(llm.impl().core().totals().steps, 24);
   }
   // (c) reversed order
   {
-    LLM llm(kFixture, tight);
+    LLM llm(kTinyFixtureA, tight);
     std::vector<Prompt> ps(w.prompts.rbegin(), w.prompts.rend());
     std::vector<SamplingParams> sps(w.params.rbegin(), w.params.rend());
     auto rev = llm.generate(ps, sps);
@@ -181,12 +182,12 @@ TEST(Engine, BatchInvariantAcrossSchedulingOrderAndPreemption) {
   {
     EngineConfig paged = tight;
     paged.kv_cache_page_bytes = 512;
-    LLM sizing(kFixture, paged);
+    LLM sizing(kTinyFixtureA, paged);
     const KvCacheManager& cache = sizing.impl().core().cache();
     EngineConfig small = paged;
     small.kv_cache_memory_bytes =
         static_cast<uint64_t>(3 * cache.pages_for_tokens(110) * cache.page_bytes());
-    LLM llm(kFixture, small);
+    LLM llm(kTinyFixtureA, small);
     const auto preempted = llm.generate(w.prompts, w.params);
     expect_same_outputs(alone, preempted, "preempted");
     EXPECT_GT(llm.impl().core().totals().preemptions, 0);
@@ -202,7 +203,7 @@ TEST(Engine, SeedsReproduceAndDiffer) {
   sp.ignore_eos = true;
   const std::vector<Prompt> prompt{std::vector<int64_t>{5, 6, 7, 8}};
   auto run = [&](uint64_t seed) {
-    LLM llm(kFixture, fixture_config());
+    LLM llm(kTinyFixtureA, fixture_config());
     SamplingParams p = sp;
     p.seed = seed;
     return llm.generate(prompt, p).at(0).outputs[0].token_ids;
@@ -211,7 +212,7 @@ TEST(Engine, SeedsReproduceAndDiffer) {
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   // Without a seed: derived from the engine seed and the request index (reproducible per run).
-  LLM x(kFixture, fixture_config()), y(kFixture, fixture_config());
+  LLM x(kTinyFixtureA, fixture_config()), y(kTinyFixtureA, fixture_config());
   sp.seed.reset();
   EXPECT_EQ(x.generate({prompt[0], prompt[0]}, sp)[1].outputs[0].token_ids,
             y.generate({prompt[0], prompt[0]}, sp)[1].outputs[0].token_ids);
@@ -221,7 +222,7 @@ TEST(Engine, SeedsReproduceAndDiffer) {
 
 TEST(Engine, StopConditionsAndPerRequestErrors) {
   DI_REQUIRE_FIXTURE();
-  LLM llm(kFixture, fixture_config());
+  LLM llm(kTinyFixtureA, fixture_config());
   const std::vector<int64_t> prompt{9, 10, 11};
   SamplingParams greedy;
   greedy.temperature = 0;
@@ -257,7 +258,7 @@ TEST(Engine, StopConditionsAndPerRequestErrors) {
 
 TEST(Engine, AbortFreesMemory) {
   DI_REQUIRE_FIXTURE();
-  LLM llm(kFixture, fixture_config());
+  LLM llm(kTinyFixtureA, fixture_config());
   EngineCore& core = llm.impl().core();
   SamplingParams sp;
   sp.temperature = 0;
@@ -295,7 +296,7 @@ TEST(Engine, AbortFreesMemory) {
 
 TEST(Engine, OnlyStreamingRequestsReportEveryToken) {
   DI_REQUIRE_FIXTURE();
-  LLM llm(kFixture, fixture_config());
+  LLM llm(kTinyFixtureA, fixture_config());
   EngineCore& core = llm.impl().core();
   SamplingParams sp;
   sp.temperature = 0;
@@ -325,7 +326,7 @@ TEST(Engine, OnlyStreamingRequestsReportEveryToken) {
 
 TEST(Engine, StreamCallbackSeesCumulativeOutputsAndTheSameResult) {
   DI_REQUIRE_FIXTURE();
-  LLM llm(kFixture, fixture_config());
+  LLM llm(kTinyFixtureA, fixture_config());
   SamplingParams sp;
   sp.temperature = 0;
   sp.ignore_eos = true;
@@ -368,7 +369,7 @@ TEST(Engine, StreamCallbackSeesCumulativeOutputsAndTheSameResult) {
 
 TEST(Engine, PromptLogprobsCoverThePrompt) {
   DI_REQUIRE_FIXTURE();
-  LLM llm(kFixture, fixture_config());
+  LLM llm(kTinyFixtureA, fixture_config());
   SamplingParams sp;
   sp.temperature = 0;
   sp.max_tokens = 2;
@@ -385,7 +386,7 @@ TEST(Engine, PromptLogprobsCoverThePrompt) {
   // Chunked prefill gives the same prompt logprobs.
   EngineConfig small = fixture_config();
   small.max_num_batched_tokens = 2;
-  LLM chunked(kFixture, small);
+  LLM chunked(kTinyFixtureA, small);
   const RequestOutput out2 = chunked.generate({prompt}, sp).at(0);
   for (size_t i = 1; i < prompt.size(); ++i) {
     for (const auto& [id, lp] : *out.prompt_logprobs[i])

@@ -14,6 +14,7 @@
 #include "loader/safetensors.h"
 #include "model/deepseek_v41/cpu_model.h"
 #include "model/fixture_replay.h"
+#include "tests_support/fixture_paths.h"
 #include "tests_support/temp_dir.h"
 
 namespace di {
@@ -21,7 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kFixture = fs::path(DI_SHARED_DIR) / "fixtures" / "v41-tiny-a";
+using testing_support::kTinyFixtureA;
 
 // "decode.step0.layer.3.attn.q" -> "attn.q" (run and layer stripped).
 std::string item_of(const std::string& name, const std::vector<std::string>& runs) {
@@ -37,23 +38,24 @@ std::string item_of(const std::string& name, const std::vector<std::string>& run
 class V41Trace : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kFixture / "trace.safetensors") || !fs::exists(kFixture / "cases.json"))
+    if (!fs::exists(kTinyFixtureA / "trace.safetensors") ||
+        !fs::exists(kTinyFixtureA / "cases.json"))
       GTEST_SKIP() << "fixture trace absent";
     ForwardOptions opts;
     opts.precision = Precision::kFp64;
-    model_ = load_cpu_forward_model(kFixture, opts);
+    model_ = load_cpu_forward_model(kTinyFixtureA, opts);
   }
   std::unique_ptr<ForwardModel> model_;
 };
 
 TEST_F(V41Trace, Fp64IntermediatesMatchTheReferenceTrace) {
   TraceRecorder rec;
-  const std::vector<std::string> runs = run_trace_forwards(kFixture, *model_, rec);
+  const std::vector<std::string> runs = run_trace_forwards(kTinyFixtureA, *model_, rec);
   ASSERT_EQ(runs.size(), 8u);  // prefill_L17, decode.step-1, decode.step0..5
   std::vector<std::string> prefixes;
   for (const std::string& r : runs)
     prefixes.push_back(r + ".");
-  const TraceDiff d = compare_trace(rec, kFixture / "trace.safetensors", 1e-6, prefixes);
+  const TraceDiff d = compare_trace(rec, kTinyFixtureA / "trace.safetensors", 1e-6, prefixes);
 
   for (const TraceDiffEntry& e : d.entries) {
     EXPECT_TRUE(e.shape_ok) << e.name;

@@ -10,13 +10,14 @@
 #include "loader/safetensors.h"
 #include "model/deepseek_v41/cpu_model.h"
 #include "model/trace.h"
+#include "tests_support/fixture_paths.h"
 
 namespace di {
 namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kFixture = fs::path(DI_SHARED_DIR) / "fixtures" / "v41-tiny-a";
+using testing_support::kTinyFixtureA;
 
 std::vector<int64_t> ids_of(const SafetensorsFile& f, const std::string& key) {
   auto v = f.view(key).as<int64_t>();
@@ -44,8 +45,8 @@ size_t argmax(std::span<const double> v) {
 class V41Fixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kFixture / "cases.safetensors")) GTEST_SKIP() << "fixture absent";
-    cases_ = std::make_unique<SafetensorsFile>((kFixture / "cases.safetensors").string());
+    if (!fs::exists(kTinyFixtureA / "cases.safetensors")) GTEST_SKIP() << "fixture absent";
+    cases_ = std::make_unique<SafetensorsFile>((kTinyFixtureA / "cases.safetensors").string());
   }
   std::unique_ptr<SafetensorsFile> cases_;
 };
@@ -53,7 +54,7 @@ class V41Fixture : public ::testing::Test {
 TEST_F(V41Fixture, PrefillCasesMatchFp64) {
   ForwardOptions opts;
   opts.precision = Precision::kFp64;
-  auto model = load_cpu_forward_model(kFixture, opts);
+  auto model = load_cpu_forward_model(kTinyFixtureA, opts);
   for (const char* name :
        {"prefill.L1", "prefill.L2", "prefill.L5", "prefill.L17", "prefill.L40"}) {
     const auto ids = ids_of(*cases_, std::string(name) + ".input_ids");
@@ -113,7 +114,7 @@ TEST_P(V41Decode, TeacherForcedDecodeWithDSparkMatchesFp64) {
   opts.precision = Precision::kFp64;
   opts.quirk = GetParam();
   const std::string beh = GetParam() == IndexKeyQuirk::kShipped ? "shipped" : "intended";
-  auto model = load_cpu_forward_model(kFixture, opts);
+  auto model = load_cpu_forward_model(kTinyFixtureA, opts);
   const auto prompt = ids_of(*cases_, "decode.prompt_ids");
   const auto steps = ids_of(*cases_, "decode.step_ids");
   DecodeRun run = run_decode(*model, prompt, steps, true);
@@ -165,7 +166,7 @@ class V41Invariance : public V41Fixture, public ::testing::WithParamInterface<Pr
 TEST_P(V41Invariance, ChunkedPrefillEqualsOnePrefillEqualsDecodeBitwise) {
   ForwardOptions opts;
   opts.precision = GetParam();
-  auto model = load_cpu_forward_model(kFixture, opts);
+  auto model = load_cpu_forward_model(kTinyFixtureA, opts);
   // decode_equiv.L33: 33 tokens, longer than the window (8), the top-k (8) and the pool (12).
   const auto ids = ids_of(*cases_, "decode_equiv.L33.input_ids");
   ASSERT_EQ(ids.size(), 33u);
@@ -185,7 +186,7 @@ TEST_P(V41Invariance, ChunkedPrefillEqualsOnePrefillEqualsDecodeBitwise) {
 TEST_P(V41Invariance, BatchCompositionNeverChangesASequence) {
   ForwardOptions opts;
   opts.precision = GetParam();
-  auto model = load_cpu_forward_model(kFixture, opts);
+  auto model = load_cpu_forward_model(kTinyFixtureA, opts);
   const auto a = ids_of(*cases_, "prefill.L17.input_ids");
   const auto b = ids_of(*cases_, "prefill.L40.input_ids");
   const auto c = ids_of(*cases_, "prefill.L5.input_ids");
@@ -211,7 +212,7 @@ INSTANTIATE_TEST_SUITE_P(Precisions, V41Invariance,
 TEST_F(V41Fixture, Fp32PrefillIsCloseToFp64) {
   ForwardOptions opts;
   opts.precision = Precision::kFp32;
-  auto model = load_cpu_forward_model(kFixture, opts);
+  auto model = load_cpu_forward_model(kTinyFixtureA, opts);
   for (const char* name : {"prefill.L1", "prefill.L2", "prefill.L5"}) {
     const auto ids = ids_of(*cases_, std::string(name) + ".input_ids");
     const auto got = run_chunks(*model, ids, {ids.size()});
@@ -232,7 +233,7 @@ namespace {
 TEST_F(V41Fixture, ImageSpanPositionsUseVlBiasAndSkipEngram) {
   ForwardOptions opts;
   opts.precision = Precision::kFp64;
-  auto model = load_cpu_forward_model(kFixture, opts);
+  auto model = load_cpu_forward_model(kTinyFixtureA, opts);
   const auto ids = ids_of(*cases_, "prefill.L17.input_ids");
   std::vector<uint8_t> mask(ids.size(), 0);
   for (size_t i = 3; i < 8; ++i)

@@ -17,7 +17,7 @@ namespace di::cli {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+using Json = nlohmann::json;  // sorted keys (not the ordered_json of generate/chat)
 
 struct InspectOptions {
   std::string path;
@@ -30,16 +30,16 @@ std::string plan_ids(int64_t v) {
   return v < 0 ? "-" : std::to_string(v);
 }
 
-json totals_json(const WeightCatalogue::Totals& t) {
+Json totals_json(const WeightCatalogue::Totals& t) {
   return {{"tensors", t.tensors}, {"params", t.params}, {"bytes", t.bytes}};
 }
 
-json build_report(const ModelConfig& cfg, const WeightCatalogue& cat, const InspectOptions& o) {
-  json j;
+Json build_report(const ModelConfig& cfg, const WeightCatalogue& cat, const InspectOptions& o) {
+  Json j;
   j["family"] = std::string(model_family_name(cfg.family));
   j["config"] = cfg.source;
   j["blocks"] = cfg.num_blocks();
-  json plan = json::array();
+  Json plan = Json::array();
   const auto per_block = cat.by_block();
   for (const LayerPlan& p : cat.plan()) {
     plan.push_back({{"block", p.index},
@@ -59,26 +59,26 @@ json build_report(const ModelConfig& cfg, const WeightCatalogue& cat, const Insp
   }
   j["layer_plan"] = plan;
   j["total"] = totals_json(cat.total());
-  json groups = json::object();
+  Json groups = Json::object();
   const auto by_group = cat.by_group();
   for (int g = 0; g < kNumWeightGroups; ++g) {
     groups[std::string(weight_group_name(static_cast<WeightGroup>(g)))] =
         totals_json(by_group[static_cast<size_t>(g)]);
   }
   j["groups"] = groups;
-  json dtypes = json::object();
+  Json dtypes = Json::object();
   for (const auto& [dt, t] : cat.by_dtype())
     dtypes[std::string(dtype_name(dt))] = totals_json(t);
   j["dtypes"] = dtypes;
   const StateBytes st = compute_state_bytes(cfg, cat.plan());
-  json owners = json::array();
+  Json owners = Json::array();
   for (const auto& ow : st.owners) {
     owners.push_back({{"block", ow.block},
                       {"ratio", ow.ratio},
                       {"kv_entry_bytes", ow.kv_entry_bytes},
                       {"index_entry_bytes", ow.index_entry_bytes}});
   }
-  json per_seq = json::object();
+  Json per_seq = Json::object();
   for (int64_t n : {4096LL, 65536LL, 1048576LL})
     per_seq[std::to_string(n)] = st.sequence_bytes(n);
   j["state"] = {{"window", st.window},
@@ -92,7 +92,7 @@ json build_report(const ModelConfig& cfg, const WeightCatalogue& cat, const Insp
                 {"owners", owners},
                 {"bytes_per_sequence_at_tokens", per_seq}};
   const EpPlan ep = plan_expert_parallel(cat, o.ep);
-  json ranks = json::array();
+  Json ranks = Json::array();
   for (const auto& r : ep.per_rank) {
     ranks.push_back({{"rank", r.rank},
                      {"replicated_bytes", r.replicated_bytes},
@@ -104,11 +104,11 @@ json build_report(const ModelConfig& cfg, const WeightCatalogue& cat, const Insp
   return j;
 }
 
-void print_text(const json& j) {
+void print_text(const Json& j) {
   fmt::print("{} model, {} blocks (config: {})\n", j["family"].get<std::string>(),
              j["blocks"].get<int64_t>(), j["config"].get<std::string>());
   if (j.contains("checkpoint")) {
-    const json& c = j["checkpoint"];
+    const Json& c = j["checkpoint"];
     fmt::print("checkpoint: {} shard(s){}, {} tensors, {}\n", c["shards"].get<int64_t>(),
                c["indexed"].get<bool>() ? " with index" : "", c["tensors"].get<uint64_t>(),
                format_bytes(c["bytes"].get<uint64_t>()));
@@ -120,7 +120,7 @@ void print_text(const json& j) {
       "\nlayer plan\n{:>5}  {:<10} {:>5}  {:<8} {:>4} {:>4}  {:<7} {:<6} {:>7} {:>8} {:>12}\n",
       "block", "prefix", "ratio", "mode", "kv", "idx", "pool", "engram", "experts", "tensors",
       "bytes");
-  for (const json& p : j["layer_plan"]) {
+  for (const Json& p : j["layer_plan"]) {
     fmt::print("{:>5}  {:<10} {:>5}  {:<8} {:>4} {:>4}  {:<7} {:<6} {:>7} {:>8} {:>12}\n",
                p["block"].get<int64_t>(), p["prefix"].get<std::string>(), p["ratio"].get<int64_t>(),
                p["mode"].get<std::string>(), plan_ids(p["kv_source"].get<int64_t>()),
@@ -135,7 +135,7 @@ void print_text(const json& j) {
     fmt::print("{:<18} {:>8} {:>18} {:>14}\n", name, t["tensors"].get<uint64_t>(),
                t["params"].get<uint64_t>(), format_bytes(t["bytes"].get<uint64_t>()));
   }
-  const json& tot = j["total"];
+  const Json& tot = j["total"];
   fmt::print("{:<18} {:>8} {:>18} {:>14}\n", "total", tot["tensors"].get<uint64_t>(),
              tot["params"].get<uint64_t>(), format_bytes(tot["bytes"].get<uint64_t>()));
   fmt::print("\nbytes by dtype\n");
@@ -143,12 +143,12 @@ void print_text(const json& j) {
     fmt::print("{:<10} {:>8} tensors {:>14}\n", name, t["tensors"].get<uint64_t>(),
                format_bytes(t["bytes"].get<uint64_t>()));
   }
-  const json& s = j["state"];
+  const Json& s = j["state"];
   fmt::print("\nKV / state per sequence\n");
   fmt::print("  SWA rings: {} blocks x {} slots x {} B = {}\n", s["swa_blocks"].get<int64_t>(),
              s["window"].get<int64_t>(), s["swa_entry_bytes"].get<int64_t>(),
              format_bytes(s["swa_bytes_per_sequence"].get<uint64_t>()));
-  for (const json& ow : s["owners"]) {
+  for (const Json& ow : s["owners"]) {
     fmt::print("  compressed KV owner block {} (ratio {}): {} B KV + {} B index key per entry\n",
                ow["block"].get<int64_t>(), ow["ratio"].get<int64_t>(),
                ow["kv_entry_bytes"].get<int64_t>(), ow["index_entry_bytes"].get<int64_t>());
@@ -160,10 +160,10 @@ void print_text(const json& j) {
   for (const auto& [n, b] : s["bytes_per_sequence_at_tokens"].items()) {
     fmt::print("  one sequence of {:>7} tokens: {}\n", n, format_bytes(b.get<uint64_t>()));
   }
-  const json& ep = j["expert_parallel"];
+  const Json& ep = j["expert_parallel"];
   fmt::print("\nexpert parallel over {} device(s) (Engram tables host-resident: {})\n",
              ep["ranks"].get<int>(), format_bytes(ep["host_engram_table_bytes"].get<uint64_t>()));
-  for (const json& r : ep["per_rank"]) {
+  for (const Json& r : ep["per_rank"]) {
     fmt::print("  rank {}: {} replicated + {} routed experts = {} of weights\n",
                r["rank"].get<int>(), format_bytes(r["replicated_bytes"].get<uint64_t>()),
                format_bytes(r["routed_expert_bytes"].get<uint64_t>()),
@@ -177,7 +177,7 @@ int run_inspect(const InspectOptions& o) {
   const bool config_only = fs::is_regular_file(path);
   const ModelConfig cfg = config_only ? load_model_config_file(path) : load_model_config(path);
   const WeightCatalogue cat = build_weight_catalogue(cfg);
-  json j = build_report(cfg, cat, o);
+  Json j = build_report(cfg, cat, o);
   bool ok = true;
   if (!config_only) {
     const Checkpoint ckpt = Checkpoint::open(path);
@@ -189,7 +189,7 @@ int run_inspect(const InspectOptions& o) {
                        {"indexed", ckpt.has_index()},
                        {"tensors", ckpt.num_tensors()},
                        {"bytes", ckpt.total_bytes()}};
-    json problems = json::array();
+    Json problems = Json::array();
     for (const auto& p : rep.problems)
       problems.push_back(p.message);
     j["validation"] = {{"ok", ok},
@@ -216,7 +216,7 @@ Command add_inspect(CLI::App& root) {
   auto o = std::make_shared<InspectOptions>();
   CLI::App* app = root.add_subcommand(
       "inspect", "Validate a checkpoint (or a config file alone) and print its accounting");
-  app->add_option("MODEL_DIR", o->path, "model directory, or a config.json for catalogue only")
+  app->add_option("MODEL_DIR", o->path, "model directory, or a config.Json for catalogue only")
       ->required();
   app->add_flag("--json", o->json_out, "print the report as JSON");
   app->add_option("--ep", o->ep, "expert-parallel devices for the memory plan")

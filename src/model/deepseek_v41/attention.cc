@@ -15,8 +15,6 @@ namespace di::v41 {
 
 namespace {
 
-constexpr int kActBlock = 32;
-
 // Python floor division for possibly negative numerators.
 int64_t floor_div(int64_t a, int64_t b) {
   return (a >= 0) ? a / b : -((-a + b - 1) / b);

@@ -12,10 +12,6 @@
 
 namespace di::v41 {
 
-namespace {
-constexpr int kActBlock = 32;
-}  // namespace
-
 template <typename T>
 typename Model<T>::Vec Model<T>::main_x_of(const std::vector<double>& main_hidden_row) const {
   const BlockWeights<T>& s0 = w_.blocks[static_cast<size_t>(cfg_.num_layers)];

@@ -31,8 +31,6 @@ cpu::RopeParams rope_params(const ModelConfig& c, bool compressed) {
   return p;
 }
 
-constexpr int kActBlock = 32;  // act_quant block of V4.1 (fp8_block_size)
-
 }  // namespace
 
 template <typename T>

@@ -30,6 +30,9 @@
 
 namespace di::v41 {
 
+// act_quant block of V4.1 activations before FP8 GEMMs / the KV cache (fp8_block_size).
+inline constexpr int kActBlock = 32;
+
 template <typename T>
 class Model final : public ForwardModel {
  public:

@@ -21,7 +21,7 @@ namespace {
 using namespace dense_test;  // NOLINT
 using deepinfer::SamplingParams;
 
-constexpr int64_t kVocab = 129280;
+constexpr int64_t kSamplerVocab = 129280;
 
 enum class Shape { kPeaked, kFlat, kTies };
 
@@ -36,7 +36,7 @@ struct Case {
 
 std::vector<float> make_logits(Shape shape, uint64_t seed) {
   std::vector<float> v =
-      random_normal(static_cast<size_t>(kVocab), seed, shape == Shape::kFlat ? 1.0f : 3.0f);
+      random_normal(static_cast<size_t>(kSamplerVocab), seed, shape == Shape::kFlat ? 1.0f : 3.0f);
   if (shape == Shape::kTies) {
     for (auto& x : v)
       x = std::round(x * 2.0f) / 2.0f;  // a few dozen distinct values: many exact ties
@@ -99,7 +99,7 @@ TEST_P(SamplerParityTest, TokensMatchCpu) {
   const int64_t rows = 150;
   Stream stream;
   std::mt19937_64 rng(std::hash<std::string>{}(c.name));
-  std::vector<float> logits(static_cast<size_t>(rows * kVocab));
+  std::vector<float> logits(static_cast<size_t>(rows * kSamplerVocab));
   std::vector<SamplerRowParams> rps;
   std::vector<int64_t> ids;
   std::vector<int64_t> expected(static_cast<size_t>(rows));
@@ -108,10 +108,10 @@ TEST_P(SamplerParityTest, TokensMatchCpu) {
   SamplerScratch scratch;
   for (int64_t r = 0; r < rows; ++r) {
     const auto row = make_logits(c.shape, rng());
-    std::copy(row.begin(), row.end(), logits.begin() + r * kVocab);
+    std::copy(row.begin(), row.end(), logits.begin() + r * kSamplerVocab);
     if (c.suppress) {  // make the suppressed ids the most likely ones
       for (const int64_t id : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{17}, int64_t{123456}})
-        logits[static_cast<size_t>(r * kVocab + id)] = 30.0f;
+        logits[static_cast<size_t>(r * kSamplerVocab + id)] = 30.0f;
     }
     std::vector<int64_t> prompt(static_cast<size_t>(c.prompt_len));
     std::vector<int64_t> output(static_cast<size_t>(c.output_len));
@@ -122,7 +122,7 @@ TEST_P(SamplerParityTest, TokensMatchCpu) {
     const uint64_t seed = rng();
     const auto position = static_cast<int64_t>(rng() % (uint64_t{1} << 40));
     SamplerRow cpu_row;
-    cpu_row.logits = std::span<const float>(logits.data() + r * kVocab, kVocab);
+    cpu_row.logits = std::span<const float>(logits.data() + r * kSamplerVocab, kSamplerVocab);
     cpu_row.seed = seed;
     cpu_row.position = position;
     cpu_row.prompt_ids = prompt;
@@ -133,13 +133,13 @@ TEST_P(SamplerParityTest, TokensMatchCpu) {
     expected[static_cast<size_t>(r)] = res.token_id;
     expected_lp[static_cast<size_t>(r)] = res.logprobs;
     rps.push_back(make_sampler_row(c.params, seed, position, prompt, output, eos,
-                                   cpu_row.suppress_stop_tokens, kVocab, ids));
+                                   cpu_row.suppress_stop_tokens, kSamplerVocab, ids));
   }
 
   const DeviceBuffer ld = upload(logits, stream.get(), "logits");
   const DeviceBuffer rd = upload(rps, stream.get(), "row params");
   const DeviceBuffer idd = upload(ids, stream.get(), "ids");
-  DeviceBuffer ws(sampler_workspace_bytes(rows, kVocab), "sampler workspace");
+  DeviceBuffer ws(sampler_workspace_bytes(rows, kSamplerVocab), "sampler workspace");
   ws.fill_async(0xFF, stream.get());  // the sampler must not rely on a clean workspace
   DeviceBuffer tok = poisoned<int64_t>(static_cast<size_t>(rows), stream.get());
   DeviceBuffer st = poisoned<int32_t>(static_cast<size_t>(rows), stream.get());
@@ -154,7 +154,7 @@ TEST_P(SamplerParityTest, TokensMatchCpu) {
   p.row_params = rd.as<SamplerRowParams>();
   p.ids = idd.as<int64_t>();
   p.rows = rows;
-  p.vocab = kVocab;
+  p.vocab = kSamplerVocab;
   p.workspace = ws.data();
   p.tokens = tok.as<int64_t>();
   p.status = st.as<int32_t>();
@@ -205,12 +205,12 @@ TEST(SamplerErrors, NanRowGivesStatus) {
   logits[777] = std::nanf("");
   std::vector<int64_t> ids;
   const std::vector<SamplerRowParams> rps = {
-      make_sampler_row(with(1.0), 1, 0, {}, {}, {}, false, kVocab, ids)};
+      make_sampler_row(with(1.0), 1, 0, {}, {}, {}, false, kSamplerVocab, ids)};
   ids.push_back(0);  // keep the ids buffer non-empty
   const DeviceBuffer ld = upload(logits, stream.get());
   const DeviceBuffer rd = upload(rps, stream.get());
   const DeviceBuffer idd = upload(ids, stream.get());
-  DeviceBuffer ws(sampler_workspace_bytes(1, kVocab), "ws");
+  DeviceBuffer ws(sampler_workspace_bytes(1, kSamplerVocab), "ws");
   DeviceBuffer tok = poisoned<int64_t>(1, stream.get());
   DeviceBuffer st = poisoned<int32_t>(1, stream.get());
   SamplerParams p;
@@ -218,7 +218,7 @@ TEST(SamplerErrors, NanRowGivesStatus) {
   p.row_params = rd.as<SamplerRowParams>();
   p.ids = idd.as<int64_t>();
   p.rows = 1;
-  p.vocab = kVocab;
+  p.vocab = kSamplerVocab;
   p.workspace = ws.data();
   p.tokens = tok.as<int64_t>();
   p.status = st.as<int32_t>();

@@ -193,7 +193,8 @@ TEST(NumpyPcg64Integers, MatchesNumpyDefaultRng) {
       {4, 41, 42, {41, 41, 41}},
   };
   for (const IntegersCase& c : cases) {
-    SCOPED_TRACE(testing::Message() << "seed " << c.seed << " [" << c.low << ", " << c.high << ")");
+    SCOPED_TRACE(::testing::Message()
+                 << "seed " << c.seed << " [" << c.low << ", " << c.high << ")");
     EXPECT_EQ(numpy_pcg64_integers(c.seed, c.low, c.high, c.expected.size()), c.expected);
   }
 }

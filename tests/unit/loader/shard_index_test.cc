@@ -14,10 +14,10 @@ using testing::contains;
 using testing::error_of;
 using testing::starts_with;
 
-constexpr std::string_view kLabel = "ckpt/model.safetensors.index.json";
+constexpr std::string_view kIndexLabel = "ckpt/model.safetensors.index.json";
 
 std::string index_error(const std::string& text) {
-  return error_of([&] { parse_shard_index(text, kLabel); });
+  return error_of([&] { parse_shard_index(text, kIndexLabel); });
 }
 
 TEST(ParseShardIndex, ParsesWeightMapAndMetadata) {
@@ -28,7 +28,7 @@ TEST(ParseShardIndex, ParsesWeightMapAndMetadata) {
       "a.weight": "model-00001-of-00002.safetensors",
       "c.weight": "model-00001-of-00002.safetensors"
     }})",
-                                     kLabel);
+                                     kIndexLabel);
   EXPECT_EQ(idx.weight_map.size(), 3u);
   EXPECT_EQ(idx.weight_map.at("b.weight"), "model-00002-of-00002.safetensors");
   EXPECT_EQ(idx.shard_files, (std::vector<std::string>{"model-00001-of-00002.safetensors",
@@ -40,12 +40,14 @@ TEST(ParseShardIndex, TotalSizeAsStringOrAbsent) {
   EXPECT_EQ(
       parse_shard_index(
           R"({"metadata":{"total_size":"18446744073709551615"},"weight_map":{"a":"x.safetensors"}})",
-          kLabel)
+          kIndexLabel)
           .total_size,
       18446744073709551615ull);
-  EXPECT_FALSE(parse_shard_index(R"({"weight_map":{"a":"x.safetensors"}})", kLabel).total_size);
-  EXPECT_FALSE(parse_shard_index(R"({"metadata":{},"weight_map":{"a":"x.safetensors"}})", kLabel)
-                   .total_size);
+  EXPECT_FALSE(
+      parse_shard_index(R"({"weight_map":{"a":"x.safetensors"}})", kIndexLabel).total_size);
+  EXPECT_FALSE(
+      parse_shard_index(R"({"metadata":{},"weight_map":{"a":"x.safetensors"}})", kIndexLabel)
+          .total_size);
 }
 
 struct BadIndex {
@@ -58,7 +60,7 @@ class BadIndexTest : public ::testing::TestWithParam<BadIndex> {};
 
 TEST_P(BadIndexTest, NamesFileAndField) {
   std::string msg = index_error(GetParam().text);
-  EXPECT_TRUE(starts_with(msg, std::string(kLabel) + ": ")) << GetParam().what;
+  EXPECT_TRUE(starts_with(msg, std::string(kIndexLabel) + ": ")) << GetParam().what;
   EXPECT_TRUE(contains(msg, GetParam().expected)) << GetParam().what;
 }
 

@@ -12,7 +12,7 @@
 namespace di {
 namespace {
 
-std::string repo(const std::string& rel) {
+std::string catalogue_repo_path(const std::string& rel) {
   return std::string(DI_SOURCE_DIR) + "/" + rel;
 }
 
@@ -26,7 +26,7 @@ std::string gib2(uint64_t b) {
 class V41Catalogue : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    cfg_ = new ModelConfig(load_model_config_file(repo("configs/v41-flash.json")));
+    cfg_ = new ModelConfig(load_model_config_file(catalogue_repo_path("configs/v41-flash.json")));
     cat_ = new WeightCatalogue(build_weight_catalogue(*cfg_));
   }
   static void TearDownTestSuite() {
@@ -180,7 +180,7 @@ TEST_F(V41Catalogue, LayerPlanRoles) {
 }
 
 TEST(V4Catalogue, ReproducesTheV4FlashTensorInventory) {
-  ModelConfig cfg = load_model_config_file(repo("configs/v4-flash.json"));
+  ModelConfig cfg = load_model_config_file(catalogue_repo_path("configs/v4-flash.json"));
   WeightCatalogue cat = build_weight_catalogue(cfg);
   EXPECT_EQ(cat.total().tensors, 69187u);  // deepseek-v4-spec §5
   auto blocks = cat.by_block();
@@ -207,7 +207,7 @@ TEST(V4Catalogue, ReproducesTheV4FlashTensorInventory) {
 }
 
 TEST(Catalogue, ParamsCountFp4AsTwoPerByteAndScalesAsNone) {
-  ModelConfig cfg = load_model_config_file(repo("configs/v41-flash.json"));
+  ModelConfig cfg = load_model_config_file(catalogue_repo_path("configs/v41-flash.json"));
   WeightCatalogue cat = build_weight_catalogue(cfg);
   const WeightSpec* w = cat.find("layers.0.ffn.experts.0.w1.weight");
   const WeightSpec* s = cat.find("layers.0.ffn.experts.0.w1.scale");
