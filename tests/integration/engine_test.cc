@@ -50,6 +50,15 @@ std::vector<std::vector<int64_t>> rows_of(const SafetensorsFile& f, const std::s
   return out;
 }
 
+// Greedy decoding of exactly `tokens` tokens (EOS ignored).
+SamplingParams greedy_to_length(int64_t tokens) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.ignore_eos = true;
+  sp.max_tokens = tokens;
+  return sp;
+}
+
 TEST(Engine, GreedyEqualsTheReferenceOnTheFixture) {
   DI_REQUIRE_FIXTURE();
   const SafetensorsFile cases((kTinyFixtureA / "cases.safetensors").string());
@@ -260,10 +269,7 @@ TEST(Engine, AbortFreesMemory) {
   DI_REQUIRE_FIXTURE();
   LLM llm(kTinyFixtureA, fixture_config());
   EngineCore& core = llm.impl().core();
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.ignore_eos = true;
-  sp.max_tokens = 1000;
+  const SamplingParams sp = greedy_to_length(1000);
   std::vector<int64_t> ids;
   for (int i = 0; i < 3; ++i) {
     NewRequest r =
@@ -298,10 +304,7 @@ TEST(Engine, OnlyStreamingRequestsReportEveryToken) {
   DI_REQUIRE_FIXTURE();
   LLM llm(kTinyFixtureA, fixture_config());
   EngineCore& core = llm.impl().core();
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.ignore_eos = true;
-  sp.max_tokens = 6;
+  const SamplingParams sp = greedy_to_length(6);
   const Prompt prompt(std::vector<int64_t>{5, 6, 7});
   NewRequest quiet = llm.impl().text_request(prompt, sp, "quiet");
   NewRequest streamed = llm.impl().text_request(prompt, sp, "streamed");
@@ -327,10 +330,7 @@ TEST(Engine, OnlyStreamingRequestsReportEveryToken) {
 TEST(Engine, StreamCallbackSeesCumulativeOutputsAndTheSameResult) {
   DI_REQUIRE_FIXTURE();
   LLM llm(kTinyFixtureA, fixture_config());
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.ignore_eos = true;
-  sp.max_tokens = 12;
+  const SamplingParams sp = greedy_to_length(12);
   // A chat request (its output goes through the chat parser) with a prompt inside the fixture's
   // small vocabulary.
   auto chat_request = [&](const std::string& id) {
