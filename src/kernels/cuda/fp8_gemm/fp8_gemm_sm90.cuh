@@ -219,6 +219,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   for (int i = 0; i < kRegs; ++i)
     acc[i] = 0.0f;
 
+  const uint32_t sw_addr = smem_addr(s_sw);  // weight scales [kScaleCols][num_kb] fp32
   // This thread's two activation rows; their K-block scales are read from the ue8m0 bytes (L1/L2
   // resident) before each stage's wait, so the loads overlap it.
   const int64_t grow0 = static_cast<int64_t>(m0) + row0;
@@ -270,7 +271,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         float sw[Cfg::kScaleCols];
 #pragma unroll
         for (int c = 0; c < Cfg::kScaleCols; ++c)
-          sw[c] = s_sw[c * args.num_kb + kb];
+          sw[c] = lds_f32(sw_addr + 4u * static_cast<uint32_t>(c * args.num_kb + kb));
 #pragma unroll
         for (int j = 0; j < kBlockN / 8; ++j) {
           const float w = sw[kBlockN >= kBlock ? (8 * j) / kBlock : 0];

@@ -132,7 +132,8 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
 
   const int wg = warp / 4;              // consumer warpgroup: weight rows [64 wg, 64 wg + 64)
   const int r0 = warp * 16 + lane / 4;  // this thread's weight rows: r0, r0 + 8 (same B-block)
-  const uint8_t* swb = s_swb + (r0 / kBlock) * chunk_kbs;
+  const uint32_t swb = smem_addr(s_swb + (r0 / kBlock) * chunk_kbs);  // shared addresses
+  const uint32_t sxb = smem_addr(s_sxb);
   const int tok_lane = 2 * (lane % 4);  // this thread's tokens: 8 j + tok_lane (+1)
 
   float acc[kRegs];
@@ -148,12 +149,13 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
     for (int b = 0; b < kN; ++b) {
       const int kbl = li * kKbPerStage + kk0 + b;  // K-block within the chunk
       if (kbl >= nkb) break;
-      const float sw = ue8m0_to_float(swb[kbl]);
+      const float sw = ue8m0_to_float(static_cast<uint8_t>(lds_u8(swb + kbl)));
 #pragma unroll
       for (int j = 0; j < kTok / 8; ++j) {
         const int tok = 8 * j + tok_lane;
-        const float s0 = ue8m0_to_float(s_sxb[tok * chunk_kbs + kbl]) * sw;  // powers of two
-        const float s1 = ue8m0_to_float(s_sxb[(tok + 1) * chunk_kbs + kbl]) * sw;
+        const uint32_t a0 = sxb + tok * chunk_kbs + kbl;
+        const float s0 = ue8m0_to_float(static_cast<uint8_t>(lds_u8(a0))) * sw;  // powers of two
+        const float s1 = ue8m0_to_float(static_cast<uint8_t>(lds_u8(a0 + chunk_kbs))) * sw;
         acc[4 * j + 0] = fmaf(part[b][4 * j + 0], s0, acc[4 * j + 0]);
         acc[4 * j + 1] = fmaf(part[b][4 * j + 1], s1, acc[4 * j + 1]);
         acc[4 * j + 2] = fmaf(part[b][4 * j + 2], s0, acc[4 * j + 2]);
