@@ -27,8 +27,7 @@ void require(bool ok) {
 const di::Tokenizer& tokenizer() {
   static const std::unique_ptr<di::Tokenizer> tok = [] {
     const char* env = std::getenv("DI_TOKENIZER_JSON");
-    const std::string path =
-        env != nullptr ? env : DI_SHARED_DIR "/data/tokenizer-deepseek-v3/tokenizer.json";
+    const std::string path = env != nullptr ? env : DI_TOKENIZER_DEFAULT;
     return std::make_unique<di::Tokenizer>(di::Tokenizer::load(path));
   }();
   return *tok;
