@@ -1,0 +1,26 @@
+#pragma once
+
+// CPU packers and unpackers of the quantised KV cache entries (formats: kernels/params/kv_cache.h).
+// pack_* quantise fp32 values exactly as the reference's fake-quant sites do (kernels/cpu/quant.h)
+// and store codes + scales; unpack_* return the fake-quantised values bit for bit, so
+// unpack(pack(x)) == the in-place simulation of x. Used by the GPU parity tests (building caches
+// and reading back what kernels wrote) and by the CPU-side cache writer.
+
+#include <cstdint>
+#include <span>
+
+namespace di::cpu {
+
+// SWA ring entry: act_quant e4m3 with a UE8M0 scale per 32 over all 512 values.
+void pack_swa_entry(std::span<const float> x, std::span<uint8_t> out);
+void unpack_swa_entry(std::span<const uint8_t> entry, std::span<float> out);
+
+// Compressed KV entry: FP4 e2m1 with an e4m3 scale per 16 over all 512 values.
+void pack_comp_entry(std::span<const float> x, std::span<uint8_t> out);
+void unpack_comp_entry(std::span<const uint8_t> entry, std::span<float> out);
+
+// Index key (and the indexer query's per-head rows): FP4 e2m1 with a UE8M0 scale per 32 over 128.
+void pack_index_key(std::span<const float> x, std::span<uint8_t> out);
+void unpack_index_key(std::span<const uint8_t> entry, std::span<float> out);
+
+}  // namespace di::cpu
