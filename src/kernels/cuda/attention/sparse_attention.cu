@@ -1,0 +1,719 @@
+// CSA2 sparse attention on sm_90 (kernels/params/sparse_attention.h), one launch:
+//
+// 1. Chunk attention, one CTA per (query row, chunk of up to 128 entries): chunk 0 is the
+//    window (FP8 SWA entries), chunk c >= 1 the top-k slots [128 (c - 1), 128 c) (FP4 compressed
+//    entries). The CTA holds the row's 64 query heads in shared memory (bf16; in fp32 precision as
+//    a hi + lo pair of bf16 so that q = hi + lo to ~2^-17 relative) and streams its entries in
+//    tiles of 32: each entry is read from global memory once and dequantised to bf16 — exact: an
+//    e4m3 code times a power of two, or an e2m1 value times an e4m3 scale, has at most 6
+//    significant bits — into a double-buffered shared tile that all 64 heads use. Tensor cores
+//    (mma.sync m16n8k16 bf16, fp32 accumulate) compute S = Q K^T and O += P V; the softmax is the
+//    usual online one in the log2 domain. 8 warps: warp w = 2 g + side owns heads [16 g, 16 g +
+//    16); for S it takes the tile's entries [16 side, 16 side + 16), for O the value dims [256
+//    side, 256 side + 256); the two warps of a head group exchange row maxima, row sums and P
+//    through shared memory. The chunk's unnormalised O, its running max m and sum l stay in shared
+//    memory.
+// 2. Combine: the CTAs of a row form one cluster; after a cluster barrier CTA c merges heads
+//    c, c + chunks, ... over all chunks through distributed shared memory, in chunk order (fixed,
+//    whatever the batch), adds the sink as an extra logit, divides, applies the inverse RoPE of
+//    the output tail and stores in the activation precision.
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/check.h"
+#include "kernels/cuda/attention/sparse_attention.cuh"
+
+namespace di {
+namespace {
+
+constexpr int kHeads = kAttnHeads;  // 64
+constexpr int kDim = kKvDim;        // 512
+constexpr int kTile = 32;           // entries per shared tile
+constexpr int kChunk = kAttnChunk;  // entries per CTA
+constexpr int kThreads = 256;
+constexpr int kRowBytes = kDim * 2;       // one bf16 row of Q or KV: 1024 bytes, 64 chunks of 16 B
+constexpr int kPRowBytes = 80;            // one P row: 32 bf16 + 16 B pad (conflict-free ldmatrix)
+constexpr int kPBytes = 16 * kPRowBytes;  // one head group's 16 x 32 P tile
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <bool kF32>
+struct Smem {
+  static constexpr int kQ = kHeads * kRowBytes;                // q hi
+  static constexpr int kQLo = kF32 ? kHeads * kRowBytes : 0;   // q lo (fp32 precision)
+  static constexpr int kKv = 2 * kTile * kRowBytes;            // two dequantised tiles
+  static constexpr int kP = 2 * 4 * kPBytes * (kF32 ? 2 : 1);  // [parity][group][hi, lo]
+  static constexpr int kRed = 2 * 2 * 4 * 2 * 16 * 4;          // [max, sum][parity][g][side][16]
+  static constexpr int kPtr = kChunk * 8;                      // entry addresses
+  static constexpr int kBytes = kQ + kQLo + kKv + kP + kRed + kPtr + 4 * 8;
+};
+
+// Byte offset of 16-byte chunk c of row r in a 1024-byte-row tile, XOR-swizzled over the 8 chunks
+// that share a 128-byte line so that ldmatrix's 8 row addresses hit 8 different bank groups.
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  return static_cast<uint32_t>(r * kRowBytes + ((c ^ (r & 7)) << 4));
+}
+
+// swz(r, 8 q + 2 j + b) = r * 1024 + 128 q + off[j] for the lane's row r and bit b: the XOR only
+// touches the low three chunk bits, so the unrolled loops add the 128 q part as an immediate.
+struct SwzRow {
+  uint32_t off[4];
+};
+__device__ __forceinline__ SwzRow swz_row(int r, int b) {
+  SwzRow s;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    s.off[j] = static_cast<uint32_t>(r * kRowBytes + (((2 * j + b) ^ (r & 7)) << 4));
+  return s;
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a * b, m16n8k16, bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t v) {
+  return __uint_as_float(v << 16);
+}
+__device__ __forceinline__ float bf16_hi(uint32_t v) {
+  return __uint_as_float(v & 0xFFFF0000u);
+}
+
+// Named barrier of the two warps of head group g (ids 1..4; 0 is __syncthreads).
+__device__ __forceinline__ void pair_sync(int g) {
+  asm volatile("bar.sync %0, 64;" ::"r"(g + 1) : "memory");
+}
+
+// Two e4m3 codes (low byte first) times a power-of-two scale, as two bf16 (exact).
+__device__ __forceinline__ uint32_t e4m3x2_scaled(uint32_t two_codes, float s) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return bf16x2(f.x * s, f.y * s);
+}
+
+// Raw bytes of one thread's share of a tile, loaded one tile ahead of their use.
+struct Raw {
+  uint4 v[4];
+  uint32_t s[4];
+};
+
+// Window tile (e4m3 + UE8M0 / 32): 32 entries x 32 chunks of 16 codes; thread t takes chunks
+// t + 256 j (j < 4): entry c / 32, codes [16 (c % 32), +16), scale byte (c % 32) / 2.
+__device__ __forceinline__ void load_fp8(const uint8_t* const* ptr, int tile, Raw& raw) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int c = threadIdx.x + kThreads * j;
+    const uint8_t* e = ptr[tile * kTile + c / 32];
+    if (e != nullptr) {
+      raw.v[j] = __ldg(reinterpret_cast<const uint4*>(e + 16 * (c % 32)));
+      raw.s[j] = __ldg(e + kDim + (c % 32) / 2);
+    } else {
+      raw.v[j] = make_uint4(0, 0, 0, 0);
+      raw.s[j] = 127;
+    }
+  }
+}
+
+__device__ __forceinline__ void store_fp8(uint8_t* kv, const Raw& raw) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int c = threadIdx.x + kThreads * j;
+    const int r = c / 32, ch = c % 32;
+    const float s = __uint_as_float(raw.s[j] << 23);  // 2^(byte - 127); byte 0 never written
+    const uint32_t w[4] = {raw.v[j].x, raw.v[j].y, raw.v[j].z, raw.v[j].w};
+    uint32_t o[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      o[2 * i] = e4m3x2_scaled(w[i] & 0xFFFFu, s);
+      o[2 * i + 1] = e4m3x2_scaled(w[i] >> 16, s);
+    }
+    *reinterpret_cast<uint4*>(kv + swz(r, 2 * ch)) = make_uint4(o[0], o[1], o[2], o[3]);
+    *reinterpret_cast<uint4*>(kv + swz(r, 2 * ch + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
+  }
+}
+
+// Compressed tile (e2m1 pairs + e4m3 / 16): 32 entries x 16 chunks of 32 values; thread t takes
+// chunks t + 256 j (j < 2): entry c / 16, values [32 (c % 16), +32), scale bytes 2 (c % 16) +
+// {0,1}.
+__device__ __forceinline__ void load_fp4(const uint8_t* const* ptr, int tile, Raw& raw) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int c = threadIdx.x + kThreads * j;
+    const uint8_t* e = ptr[tile * kTile + c / 16];
+    if (e != nullptr) {
+      raw.v[j] = __ldg(reinterpret_cast<const uint4*>(e + 16 * (c % 16)));
+      raw.s[j] = __ldg(reinterpret_cast<const uint16_t*>(e + kDim / 2 + 2 * (c % 16)));
+    } else {
+      raw.v[j] = make_uint4(0, 0, 0, 0);
+      raw.s[j] = 0;
+    }
+  }
+}
+
+// Four e2m1 nibbles (bits [16 i, 16 i + 16) of x, value 4 i + j in nibble j) as two bf16x2 words,
+// unscaled: the magnitude's bf16 bytes come from two 8-entry byte tables (prmt), the sign bit is
+// moved to bit 15 of each bf16.
+__device__ __forceinline__ void e2m1x4_to_bf16(uint32_t x, uint32_t& w0, uint32_t& w1) {
+  // bf16 of 0, 0.5, 1, 1.5, 2, 3, 4, 6: high bytes 00 3F 3F 3F 40 40 40 40, low 00 00 80 C0 00 40
+  // 80 C0.
+  const uint32_t sel = x & 0x7777u;
+  const uint32_t hi = __byte_perm(0x3F3F3F00u, 0x40404040u, sel);
+  const uint32_t lo = __byte_perm(0xC0800000u, 0xC0804000u, sel);
+  w0 = __byte_perm(lo, hi, 0x5140) | ((x & 0x8u) << 12) | ((x & 0x80u) << 24);
+  w1 = __byte_perm(lo, hi, 0x7362) | ((x & 0x800u) << 4) | ((x & 0x8000u) << 16);
+}
+
+__device__ __forceinline__ uint32_t hmul2_bf16(uint32_t a, uint32_t b) {
+  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a),
+                                   *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// Dequantised to bf16 exactly: e2m1 (2 significant bits) times an e4m3 scale (4 significant bits,
+// itself exact in bf16) has at most 6 significant bits, so the bf16 multiply does not round.
+__device__ __forceinline__ void store_fp4(uint8_t* kv, const Raw& raw) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int c = threadIdx.x + kThreads * j;
+    const int r = c / 16, ch = c % 16;
+    const uint32_t w[4] = {raw.v[j].x, raw.v[j].y, raw.v[j].z, raw.v[j].w};
+#pragma unroll
+    for (int side = 0; side < 2; ++side) {  // 16 values (8 bytes) per e4m3 scale
+      const uint32_t sc = (raw.s[j] >> (8 * side)) & 0xFFu;
+      const __half_raw hs = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(sc), __NV_E4M3);
+      const float sf = __half2float(*reinterpret_cast<const __half*>(&hs));
+      const uint32_t s2 = bf16x2(sf, sf);
+      uint32_t o[8];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const uint32_t x = w[2 * side + b / 2] >> (16 * (b % 2));
+        e2m1x4_to_bf16(x, o[2 * b], o[2 * b + 1]);
+        o[2 * b] = hmul2_bf16(o[2 * b], s2);
+        o[2 * b + 1] = hmul2_bf16(o[2 * b + 1], s2);
+      }
+      *reinterpret_cast<uint4*>(kv + swz(r, 4 * ch + 2 * side)) =
+          make_uint4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<uint4*>(kv + swz(r, 4 * ch + 2 * side + 1)) =
+          make_uint4(o[4], o[5], o[6], o[7]);
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float (&v)[8]);
+template <>
+__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  const float4 b = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+template <>
+__device__ __forceinline__ void load8(const uint16_t* p, float (&v)[8]) {
+  const uint4 a = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = bf16_lo(w[i]);
+    v[2 * i + 1] = bf16_hi(w[i]);
+  }
+}
+
+__device__ __forceinline__ void store4(float* p, float4 v) {
+  *reinterpret_cast<float4*>(p) = v;
+}
+__device__ __forceinline__ void store4(uint16_t* p, float4 v) {
+  *reinterpret_cast<uint2*>(p) = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
+}
+
+// Attention of one (row, chunk), then the row's chunks merged in its cluster. T = float or uint16_t
+// (bf16 bits) activations.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_attn_kernel(const SparseAttnParams p, int chunks) {
+  constexpr bool kF32 = sizeof(T) == 4;
+  using L = Smem<kF32>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* s_q = smem;
+  uint8_t* s_qlo = s_q + L::kQ;
+  uint8_t* s_kv = s_qlo + L::kQLo;
+  uint8_t* s_p = s_kv + L::kKv;
+  float* s_red = reinterpret_cast<float*>(s_p + L::kP);
+  const uint8_t** s_ptr = reinterpret_cast<const uint8_t**>(s_red + L::kRed / 4);
+  int* s_tiles = reinterpret_cast<int*>(s_ptr + kChunk);  // [4] entry bit masks per tile
+
+  const int row = blockIdx.x;
+  const int chunk = blockIdx.y;
+  const int tid = threadIdx.x;
+  const int64_t seq = p.seq[row];
+  const int64_t pos = p.pos[row];
+
+  // Entry addresses of this chunk (nullptr = masked) and which tiles hold any entry.
+
+  __syncthreads();
+  if (tid < kChunk) {
+    const uint8_t* e = nullptr;
+    if (chunk == 0) {
+      if (tid < p.window) {
+        const int64_t t = pos - p.window + 1 + tid;
+        const int64_t cs = p.chunk_start[row];
+        if (t >= 0 && t < cs) {
+          e = paged_entry(p.swa, seq, static_cast<int64_t>(p.ring_block) * p.window + t % p.window);
+        } else if (t >= cs && p.chunk_kv != nullptr) {
+          e = p.chunk_kv + (p.chunk_row0[row] + (t - cs)) * kSwaEntryBytes;
+        }
+      }
+    } else {
+      const int slot = (chunk - 1) * kChunk + tid;
+      if (slot < p.topk_width) {
+        const int32_t idx = p.topk[static_cast<int64_t>(row) * p.topk_width + slot];
+        if (idx >= 0 && idx < p.comp_entries) e = paged_entry(p.comp, seq, idx);
+      }
+    }
+    s_ptr[tid] = e;
+    const uint32_t valid = __ballot_sync(0xFFFFFFFFu, e != nullptr);  // warp w = tile w
+    if (tid % 32 == 0) s_tiles[tid / kTile] = static_cast<int>(valid);
+  }
+
+  // Q rows into shared memory as bf16 (hi) and, in fp32 precision, the bf16 residual (lo).
+  {
+    const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(row) * kHeads * kDim;
+    // 16 chunks of 8 values per thread, loaded 4 at a time before any is used (the loads are
+    // the CTA's first global reads: one round trip per batch, not per chunk).
+    constexpr int kPer = kHeads * kDim / 8 / kThreads;
+#pragma unroll 1
+    for (int b = 0; b < kPer; b += 4) {
+      float v[4][8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = tid + kThreads * (b + j);
+        load8(q + (c / (kDim / 8)) * kDim + 8 * (c % (kDim / 8)), v[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = tid + kThreads * (b + j);
+        const int h = c / (kDim / 8), ch = c % (kDim / 8);
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          hi[i] = bf16x2(v[j][2 * i], v[j][2 * i + 1]);
+          lo[i] = bf16x2(v[j][2 * i] - bf16_lo(hi[i]), v[j][2 * i + 1] - bf16_hi(hi[i]));
+        }
+        *reinterpret_cast<uint4*>(s_q + swz(h, ch)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        if constexpr (kF32)
+          *reinterpret_cast<uint4*>(s_qlo + swz(h, ch)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      }
+    }
+  }
+  __syncthreads();
+
+  const bool fp4 = chunk > 0;
+  // Tiles holding at least one entry, as a bit mask (a fully masked tile changes nothing: its
+  // alpha is 1 and its P is 0, so skipping it keeps the result bitwise the same).
+  uint32_t tile_mask = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    tile_mask |= s_tiles[i] ? (1u << i) : 0u;
+
+  const int warp = tid / 32, lane = tid % 32;
+  const int g = warp / 2, side = warp % 2;
+  const float qk_scale = p.scale * kLog2e;
+
+  float o[32][4];
+#pragma unroll
+  for (int i = 0; i < 32; ++i)
+    o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY};  // rows lane/4 and lane/4 + 8 (log2 domain)
+  float l_run[2] = {0.0f, 0.0f};
+
+  Raw raw;
+  int tile = tile_mask != 0 ? __ffs(tile_mask) - 1 : 4;
+  if (tile < 4) {
+    if (fp4) {
+      load_fp4(s_ptr, tile, raw);
+      store_fp4(s_kv, raw);
+    } else {
+      load_fp8(s_ptr, tile, raw);
+      store_fp8(s_kv, raw);
+    }
+  }
+  __syncthreads();
+
+  for (int it = 0; tile < 4; ++it) {
+    const int par = it & 1;
+    uint8_t* kv = s_kv + par * kTile * kRowBytes;
+    const uint32_t rest = tile_mask & ~((2u << tile) - 1u);
+    const int next = rest != 0 ? __ffs(rest) - 1 : 4;
+    const bool more = next < 4;
+    if (more) {  // next tile's bytes in flight during this tile's math
+      if (fp4) {
+        load_fp4(s_ptr, next, raw);
+      } else {
+        load_fp8(s_ptr, next, raw);
+      }
+    }
+
+    // S = Q K^T for heads [16 g, +16) and entries [16 side, +16) of the tile. Two accumulator
+    // sets per n-tile (bf16: k mod 2; fp32: the q hi and q lo products) keep four mma chains in
+    // flight; the fragments of step k + 1 are loaded before step k's mmas.
+    float sa[2][2][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+        sa[a][n][0] = sa[a][n][1] = sa[a][n][2] = sa[a][n][3] = 0.0f;
+    const uint32_t q_base = smem_u32(s_q), qlo_base = smem_u32(s_qlo), kv_base = smem_u32(kv);
+    const SwzRow ra = swz_row(16 * g + lane % 16, lane / 16);
+    const SwzRow rb = swz_row(16 * side + lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
+    // Chunk 2 k + b of the row: 128 (k / 4) + off[k % 4].
+    auto qk_frag = [&](int k, uint32_t(&fa)[4], uint32_t(&fl)[4], uint32_t(&fb)[4]) {
+      const uint32_t dq = ra.off[k % 4] + 128 * (k / 4);
+      ldsm_x4(q_base + dq, fa);
+      if constexpr (kF32) ldsm_x4(qlo_base + dq, fl);
+      ldsm_x4(kv_base + rb.off[k % 4] + 128 * (k / 4), fb);
+    };
+    uint32_t fa[2][4], fl[2][4], fb[2][4];
+    qk_frag(0, fa[0], fl[0], fb[0]);
+#pragma unroll
+    for (int k = 0; k < kDim / 16; ++k) {
+      const int cur = k & 1;
+      if (k + 1 < kDim / 16) qk_frag(k + 1, fa[cur ^ 1], fl[cur ^ 1], fb[cur ^ 1]);
+      // fp32: hi products into set 0, lo into set 1; bf16: alternate sets by k.
+      const int ah = kF32 ? 0 : k % 2;
+      mma_bf16(sa[ah][0], fa[cur], fb[cur][0], fb[cur][1]);
+      mma_bf16(sa[ah][1], fa[cur], fb[cur][2], fb[cur][3]);
+      if constexpr (kF32) {
+        mma_bf16(sa[1][0], fl[cur], fb[cur][0], fb[cur][1]);
+        mma_bf16(sa[1][1], fl[cur], fb[cur][2], fb[cur][3]);
+      }
+    }
+    float s[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[n][e] = sa[0][n][e] + sa[1][n][e];
+
+    // Online softmax over the 32 entries of the tile (rows r = lane/4 and lane/4 + 8).
+    const uint32_t valid = static_cast<uint32_t>(s_tiles[tile]);  // entry bits of the tile
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ent = 16 * side + 8 * n + 2 * (lane % 4) + (e % 2);
+        const bool ok = (valid >> ent) & 1u;
+        s[n][e] = ok ? s[n][e] * qk_scale : -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 2));
+    }
+    float* red_max = s_red + ((0 * 2 + par) * 4 + g) * 32;  // [side][16]
+    float* red_sum = s_red + ((1 * 2 + par) * 4 + g) * 32;
+    if (lane % 4 == 0) {
+      red_max[side * 16 + lane / 4] = mx[0];
+      red_max[side * 16 + lane / 4 + 8] = mx[1];
+    }
+    pair_sync(g);
+    float m_new[2], alpha[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float other = red_max[(1 - side) * 16 + lane / 4 + 8 * r];
+      m_new[r] = fmaxf(m_run[r], fmaxf(mx[r], other));
+      alpha[r] = m_new[r] == -INFINITY ? 1.0f : exp2f(m_run[r] - m_new[r]);
+    }
+    uint32_t p_hi[2][2], p_lo[2][2];  // [n][row pair]: bf16x2 of (e0, e1) and (e2, e3)
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      float pv[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float mr = m_new[e / 2];
+        pv[e] = s[n][e] == -INFINITY ? 0.0f : exp2f(s[n][e] - mr);
+        rs[e / 2] += pv[e];
+      }
+      p_hi[n][0] = bf16x2(pv[0], pv[1]);
+      p_hi[n][1] = bf16x2(pv[2], pv[3]);
+      p_lo[n][0] = bf16x2(pv[0] - bf16_lo(p_hi[n][0]), pv[1] - bf16_hi(p_hi[n][0]));
+      p_lo[n][1] = bf16x2(pv[2] - bf16_lo(p_hi[n][1]), pv[3] - bf16_hi(p_hi[n][1]));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      rs[r] += __shfl_xor_sync(0xFFFFFFFFu, rs[r], 1);
+      rs[r] += __shfl_xor_sync(0xFFFFFFFFu, rs[r], 2);
+    }
+    if (lane % 4 == 0) {
+      red_sum[side * 16 + lane / 4] = rs[0];
+      red_sum[side * 16 + lane / 4 + 8] = rs[1];
+    }
+    // P of this warp's 16 entries into the group's P tile [16 rows][32 entries].
+    uint8_t* pt = s_p + (par * 4 + g) * kPBytes * (kF32 ? 2 : 1);
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const int col = 16 * side + 8 * n + 2 * (lane % 4);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int prow = lane / 4 + 8 * r;
+        *reinterpret_cast<uint32_t*>(pt + prow * kPRowBytes + col * 2) = p_hi[n][r];
+        if constexpr (kF32)
+          *reinterpret_cast<uint32_t*>(pt + kPBytes + prow * kPRowBytes + col * 2) = p_lo[n][r];
+      }
+    }
+    if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // max moved
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1];
+        o[i][3] *= alpha[1];
+      }
+    }
+    pair_sync(g);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float both = red_sum[lane / 4 + 8 * r] + red_sum[16 + lane / 4 + 8 * r];
+      l_run[r] = l_run[r] * alpha[r] + both;
+      m_run[r] = m_new[r];
+    }
+
+    // O[16 heads, 256 dims of this side] += P[16, 32] V[32, 256 dims].
+    const uint32_t p_base = smem_u32(pt);
+    const SwzRow rv = swz_row(lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {
+      uint32_t a[4], alo[4];
+      const uint32_t pa = p_base + (lane % 16) * kPRowBytes + (16 * ks + 8 * (lane / 16)) * 2;
+      ldsm_x4(pa, a);
+      if constexpr (kF32) ldsm_x4(pa + kPBytes, alo);
+      // V rows 16 ks + (lane % 8) + 8 ((lane / 8) % 2), chunks 32 side + 2 np + lane / 16.
+      const uint32_t vb = kv_base + 16 * ks * kRowBytes + 512 * side;
+      // Two n-tile pairs per step (four independent accumulators between dependent mmas), the
+      // next step's V fragments loaded first.
+      auto v_frag = [&](int np, uint32_t(&b)[4]) {
+        ldsm_x4_t(vb + rv.off[np % 4] + 128 * (np / 4), b);
+      };
+      uint32_t b[2][2][4];
+      v_frag(0, b[0][0]);
+      v_frag(1, b[0][1]);
+#pragma unroll
+      for (int np = 0; np < 16; np += 2) {
+        const int cur = (np / 2) & 1;
+        if (np + 2 < 16) {
+          v_frag(np + 2, b[cur ^ 1][0]);
+          v_frag(np + 3, b[cur ^ 1][1]);
+        }
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          mma_bf16(o[2 * (np + u)], a, b[cur][u][0], b[cur][u][1]);
+          mma_bf16(o[2 * (np + u) + 1], a, b[cur][u][2], b[cur][u][3]);
+        }
+        if constexpr (kF32) {
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            mma_bf16(o[2 * (np + u)], alo, b[cur][u][0], b[cur][u][1]);
+            mma_bf16(o[2 * (np + u) + 1], alo, b[cur][u][2], b[cur][u][3]);
+          }
+        }
+      }
+    }
+
+    if (more) {
+      uint8_t* next_kv = s_kv + (par ^ 1) * kTile * kRowBytes;
+      if (fp4) {
+        store_fp4(next_kv, raw);
+      } else {
+        store_fp8(next_kv, raw);
+      }
+    }
+    __syncthreads();
+    tile = next;
+  }
+
+  // The chunk's unnormalised O [64][512] (over the Q / KV buffers, free after the loop's last
+  // barrier), m and l [64][2] into shared memory; then the chunks of the row (one cluster) are
+  // merged through distributed shared memory, CTA `chunk` producing heads chunk, chunk + chunks..
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  float* s_o = reinterpret_cast<float*>(smem);
+  float* s_ml = s_red;               // [64][2]
+  float* s_cs = s_red + 2 * kHeads;  // [32] cos, then [32] -sin of the output RoPE
+#pragma unroll
+  for (int nt = 0; nt < 32; ++nt) {
+    const int col = 256 * side + 8 * nt + 2 * (lane % 4);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = 16 * g + lane / 4 + 8 * r;
+      *reinterpret_cast<float2*>(s_o + h * kDim + col) =
+          make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
+    }
+  }
+  if (side == 0 && lane % 4 == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = 16 * g + lane / 4 + 8 * r;
+      s_ml[2 * h] = m_run[r];
+      s_ml[2 * h + 1] = l_run[r];
+    }
+  }
+  if (tid < p.rope_dim / 2) {
+    const float angle = __fmul_rn(static_cast<float>(pos), p.rope_freqs[tid]);
+    double sn = 0, cs = 0;
+    sincos(static_cast<double>(angle), &sn, &cs);
+    s_cs[tid] = static_cast<float>(cs);
+    s_cs[32 + tid] = -static_cast<float>(sn);  // inverse rotation
+  }
+  cluster.sync();
+
+  T* out = static_cast<T*>(p.out) + static_cast<int64_t>(row) * kHeads * kDim;
+  const int tail0 = kDim - p.rope_dim;
+  const int d = 4 * (tid % 128);
+  for (int h = chunk + chunks * (tid / 128); h < kHeads; h += 2 * chunks) {
+    // Weights 2^(m_c - M) / (sum_c 2^(m_c - M) l_c + 2^(sink - M)), chunk order.
+    float mx = -INFINITY;
+    for (int c = 0; c < chunks; ++c)
+      mx = fmaxf(mx, cluster.map_shared_rank(s_ml, c)[2 * h]);
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (mx != -INFINITY) {  // else nothing visible: the output is zero (the sink alone)
+      float den = 0.0f;
+      for (int c = 0; c < chunks; ++c) {
+        const float* ml = cluster.map_shared_rank(s_ml, c);
+        const float w = ml[2 * h] == -INFINITY ? 0.0f : exp2f(ml[2 * h] - mx);
+        den += w * ml[2 * h + 1];
+        const float4 v =
+            *reinterpret_cast<const float4*>(cluster.map_shared_rank(s_o, c) + h * kDim + d);
+        acc.x += w * v.x;
+        acc.y += w * v.y;
+        acc.z += w * v.z;
+        acc.w += w * v.w;
+      }
+      den += exp2f(p.sink[h] * kLog2e - mx);
+      const float inv = 1.0f / den;
+      acc.x *= inv;
+      acc.y *= inv;
+      acc.z *= inv;
+      acc.w *= inv;
+    }
+    if (d >= tail0) {
+      const int i0 = (d - tail0) / 2;
+      const float c0 = s_cs[i0], s0 = s_cs[32 + i0], c1 = s_cs[i0 + 1], s1 = s_cs[33 + i0];
+      float a = acc.x, b = acc.y;
+      acc.x = __fsub_rn(__fmul_rn(a, c0), __fmul_rn(b, s0));
+      acc.y = __fadd_rn(__fmul_rn(a, s0), __fmul_rn(b, c0));
+      a = acc.z, b = acc.w;
+      acc.z = __fsub_rn(__fmul_rn(a, c1), __fmul_rn(b, s1));
+      acc.w = __fadd_rn(__fmul_rn(a, s1), __fmul_rn(b, c1));
+    }
+    store4(out + h * kDim + d, acc);
+  }
+  cluster.sync();  // the other CTAs may still read this CTA's shared memory
+}
+
+int num_chunks(int topk_width) {
+  return 1 + (topk_width + kChunk - 1) / kChunk;
+}
+
+// Once per device and instantiation (cudaFuncSetAttribute costs tens of microseconds of host
+// time): raise the kernel's shared-memory limit.
+template <typename T>
+void allow_smem(int bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> done[kMaxDevices] = {};
+  int device = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kMaxDevices && done[device].load(std::memory_order_acquire)) return;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel<T>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if (device < kMaxDevices) done[device].store(true, std::memory_order_release);
+}
+
+template <typename T>
+void launch(const SparseAttnParams& p, cudaStream_t stream) {
+  constexpr bool kF32 = sizeof(T) == 4;
+  const int chunks = num_chunks(p.topk_width);
+  const int smem = Smem<kF32>::kBytes;
+  allow_smem<T>(smem);
+  // Grid (rows, chunks), one cluster of `chunks` CTAs per row.
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(chunks));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1;
+  attr.val.clusterDim.y = static_cast<unsigned>(chunks);
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_attn_kernel<T>, p, chunks));
+}
+
+}  // namespace
+
+void sparse_attention(const SparseAttnParams& p, cudaStream_t stream) {
+  DI_CHECK(p.rows > 0 && p.rows <= INT32_MAX, "sparse_attention: rows {} out of range", p.rows);
+  DI_CHECK(p.q != nullptr && p.out != nullptr && p.seq != nullptr && p.pos != nullptr &&
+               p.chunk_start != nullptr && p.chunk_row0 != nullptr && p.sink != nullptr &&
+               p.rope_freqs != nullptr,
+           "sparse_attention: null q/out/seq/pos/chunk_start/chunk_row0/sink/rope_freqs");
+  DI_CHECK(p.window > 0 && p.window <= kChunk, "sparse_attention: window {} must be in [1, {}]",
+           p.window, kChunk);
+  DI_CHECK(p.topk_width >= 0 && p.topk_width <= 7 * kChunk,
+           "sparse_attention: topk_width {} must be in [0, {}]", p.topk_width, 7 * kChunk);
+  DI_CHECK(
+      p.topk_width == 0 ||
+          (p.topk != nullptr && p.comp.pool != nullptr && p.comp.pages != nullptr &&
+           p.comp.entry_bytes == kCompEntryBytes && p.comp.entries_per_page > 0),
+      "sparse_attention: top-k of width {} needs the compressed table (entry_bytes {}, got {})",
+      p.topk_width, kCompEntryBytes, p.comp.entry_bytes);
+  DI_CHECK(p.swa.pool != nullptr && p.swa.pages != nullptr && p.swa.entry_bytes == kSwaEntryBytes &&
+               p.swa.entries_per_page > 0,
+           "sparse_attention: the SWA table needs entry_bytes {} (got {})", kSwaEntryBytes,
+           p.swa.entry_bytes);
+  DI_CHECK(p.rope_dim == 64, "sparse_attention: rope_dim {} (only 64 is built)", p.rope_dim);
+  DI_CHECK(p.scale > 0.0f, "sparse_attention: scale must be positive, got {}", p.scale);
+  if (p.precision == ActPrecision::kF32) {
+    launch<float>(p, stream);
+  } else {
+    launch<uint16_t>(p, stream);
+  }
+}
+
+}  // namespace di

@@ -1,0 +1,21 @@
+#pragma once
+
+// CUDA launcher of the CSA2 sparse attention (kernels/params/sparse_attention.h). Host-only
+// declarations; the launcher validates the params (di::Error naming the field), never allocates
+// or synchronizes.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/params/sparse_attention.h"
+
+namespace di {
+
+// out = inverse_rope(sparse attention of q over the window and the selected compressed entries).
+// Positions >= chunk_start[row] must be present in chunk_kv (when chunk_kv is null every window
+// position must be < chunk_start, i.e. already in the ring).
+void sparse_attention(const SparseAttnParams& params, cudaStream_t stream);
+
+}  // namespace di

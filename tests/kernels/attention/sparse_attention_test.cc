@@ -1,0 +1,362 @@
+// CSA2 sparse attention on the GPU against the CPU reference (cpu::sparse_attention in float64
+// on the unpacked cache entries, then the inverse RoPE of the output tail) at V4.1 dimensions:
+// 64 heads x 512, window 128 from a paged SWA ring (shuffled page ids, several blocks' rings in
+// one table) plus the chunk's own entries, up to 512 top-k compressed FP4 entries from a paged
+// table, sinks, rows of different sequences and positions. Poisoned outputs.
+//
+// Tolerances (normwise per row and head, ||gpu - ref|| / ||ref||): fp32 precision 1e-4 (q and P
+// enter the tensor cores as hi + lo bf16 pairs, ~2^-17 relative each; the KV values are exact in
+// bf16); bf16 precision 1e-2 (P in bf16, output stored in bf16; q is the bf16-rounded input for
+// both sides).
+
+#include "kernels/cuda/attention/sparse_attention.cuh"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "../dense_ops/dense_ops_test_util.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_buffer.h"
+#include "common/bf16.h"
+#include "common/error.h"
+#include "kernels/cpu/kv_pack.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/sparse_attn.h"
+
+namespace di {
+namespace {
+
+using dense_test::download;
+using dense_test::poisoned;
+using dense_test::random_normal;
+using dense_test::upload;
+
+constexpr int kH = kAttnHeads;
+constexpr int kD = kKvDim;
+constexpr int kWindow = 128;
+constexpr int kSwaBlocks = 3;  // rings of 3 blocks share the SWA table; the layer reads ring 1
+constexpr int kRing = 1;
+constexpr int64_t kPageBytes = 4096;
+
+// One sequence of the batch: its query position, where its chunk starts, its compressed length.
+struct SeqSpec {
+  int64_t pos;
+  int64_t chunk_len;  // positions pos - chunk_len + 1 .. pos come from chunk_kv (0 = all ring)
+  int64_t comp_len;   // compressed entries visible
+};
+
+// A paged table filled with packed random entries; keeps the unpacked values per (seq, entry).
+struct PagedStore {
+  int entry_bytes = 0;
+  int per_page = 0;
+  int pages_per_seq = 0;
+  std::vector<uint8_t> pool;
+  std::vector<int32_t> pages;              // [seqs, pages_per_seq]
+  std::vector<std::vector<float>> values;  // [seq][entry * 512 + d]
+
+  PagedStore(int eb, int64_t entries, int seqs, std::mt19937_64& rng) : entry_bytes(eb) {
+    per_page = static_cast<int>(kPageBytes / eb);
+    pages_per_seq = static_cast<int>((entries + per_page - 1) / per_page);
+    const int total = pages_per_seq * seqs + 3;  // spare pages stay poisoned
+    pool.assign(static_cast<size_t>(total) * kPageBytes, 0xFF);
+    std::vector<int32_t> ids(static_cast<size_t>(total));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    pages.assign(ids.begin(), ids.begin() + pages_per_seq * seqs);
+    values.resize(static_cast<size_t>(seqs));
+  }
+  uint8_t* entry(int seq, int64_t e) {
+    const int32_t page = pages[static_cast<size_t>(seq * pages_per_seq + e / per_page)];
+    return pool.data() + page * kPageBytes + (e % per_page) * entry_bytes;
+  }
+};
+
+std::vector<float> random_entry(std::mt19937_64& rng) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(kD);
+  for (auto& x : v)
+    x = d(rng);
+  return v;
+}
+
+struct Case {
+  std::vector<SeqSpec> seqs;
+  std::vector<int> row_seq;  // rows -> sequence (decode: one row per sequence)
+  int topk_width = 512;
+  ActPrecision precision = ActPrecision::kF32;
+  uint64_t seed = 1;
+  int single_row = -1;  // >= 0: also run that row alone (batch invariance)
+};
+
+struct Result {
+  std::vector<float> gpu;  // [rows, 64, 512] as fp32
+  std::vector<double> ref;
+  std::vector<float> single;  // the single_row launch, fp32
+};
+
+// Runs one case on the GPU and the CPU reference; rows of one sequence share its position.
+Result run_case(const Case& c) {
+  std::mt19937_64 rng(c.seed);
+  const int nseq = static_cast<int>(c.seqs.size());
+  const int rows = static_cast<int>(c.row_seq.size());
+  int64_t max_comp = 1;
+  for (const auto& s : c.seqs)
+    max_comp = std::max(max_comp, s.comp_len);
+
+  PagedStore swa(kSwaEntryBytes, kSwaBlocks * kWindow, nseq, rng);
+  PagedStore comp(kCompEntryBytes, max_comp, nseq, rng);
+  std::vector<uint8_t> chunk_kv;
+  std::vector<int64_t> chunk_row0(static_cast<size_t>(nseq)),
+      chunk_start(static_cast<size_t>(nseq));
+  std::vector<std::vector<float>> chunk_vals(static_cast<size_t>(nseq));
+  for (int s = 0; s < nseq; ++s) {
+    const SeqSpec& sp = c.seqs[static_cast<size_t>(s)];
+    // Ring slots of every block (the other rings must not be read: they hold other values).
+    swa.values[static_cast<size_t>(s)].resize(static_cast<size_t>(kSwaBlocks * kWindow * kD));
+    for (int64_t e = 0; e < kSwaBlocks * kWindow; ++e) {
+      const auto v = random_entry(rng);
+      cpu::pack_swa_entry(v, std::span<uint8_t>(swa.entry(s, e), kSwaEntryBytes));
+      cpu::unpack_swa_entry(
+          std::span<const uint8_t>(swa.entry(s, e), kSwaEntryBytes),
+          std::span<float>(swa.values[static_cast<size_t>(s)].data() + e * kD, kD));
+    }
+    comp.values[static_cast<size_t>(s)].resize(static_cast<size_t>(sp.comp_len * kD));
+    for (int64_t e = 0; e < sp.comp_len; ++e) {
+      const auto v = random_entry(rng);
+      cpu::pack_comp_entry(v, std::span<uint8_t>(comp.entry(s, e), kCompEntryBytes));
+      cpu::unpack_comp_entry(
+          std::span<const uint8_t>(comp.entry(s, e), kCompEntryBytes),
+          std::span<float>(comp.values[static_cast<size_t>(s)].data() + e * kD, kD));
+    }
+    chunk_start[static_cast<size_t>(s)] = sp.pos - sp.chunk_len + 1;
+    chunk_row0[static_cast<size_t>(s)] = static_cast<int64_t>(chunk_kv.size()) / kSwaEntryBytes;
+    for (int64_t i = 0; i < sp.chunk_len; ++i) {
+      const auto v = random_entry(rng);
+      std::vector<uint8_t> e(kSwaEntryBytes);
+      std::vector<float> back(kD);
+      cpu::pack_swa_entry(v, e);
+      cpu::unpack_swa_entry(e, back);
+      chunk_kv.insert(chunk_kv.end(), e.begin(), e.end());
+      chunk_vals[static_cast<size_t>(s)].insert(chunk_vals[static_cast<size_t>(s)].end(),
+                                                back.begin(), back.end());
+    }
+  }
+  if (chunk_kv.empty()) chunk_kv.resize(kSwaEntryBytes);
+
+  // Per row: q, the top-k (sorted visible subset, -1 padded), the CPU entry list.
+  auto q = random_normal(static_cast<size_t>(rows) * kH * kD, c.seed + 7);
+  if (c.precision == ActPrecision::kBF16) {
+    for (auto& x : q)
+      x = bf16_to_float(bf16_from_float(x));
+  }
+  std::vector<float> sink = random_normal(kH, c.seed + 9, 2.0f);
+  std::vector<int32_t> topk(static_cast<size_t>(rows) * std::max(c.topk_width, 1), -1);
+  std::vector<int32_t> seq_of_row(static_cast<size_t>(rows));
+  std::vector<int64_t> pos_of_row(static_cast<size_t>(rows)), cs_of_row(static_cast<size_t>(rows)),
+      r0_of_row(static_cast<size_t>(rows));
+  const auto freqs = cpu::rope_frequencies<float>({64, 160000.0, 65536, 16.0, 32.0, 1.0});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(kD));
+
+  Result res;
+  res.ref.resize(static_cast<size_t>(rows) * kH * kD);
+  for (int r = 0; r < rows; ++r) {
+    const int s = c.row_seq[static_cast<size_t>(r)];
+    const SeqSpec& sp = c.seqs[static_cast<size_t>(s)];
+    seq_of_row[static_cast<size_t>(r)] = s;
+    pos_of_row[static_cast<size_t>(r)] = sp.pos;
+    cs_of_row[static_cast<size_t>(r)] = chunk_start[static_cast<size_t>(s)];
+    r0_of_row[static_cast<size_t>(r)] = chunk_row0[static_cast<size_t>(s)];
+    std::vector<double> entries;
+    auto add = [&](const float* v) { entries.insert(entries.end(), v, v + kD); };
+    for (int64_t t = std::max<int64_t>(0, sp.pos - kWindow + 1); t <= sp.pos; ++t) {
+      if (t < chunk_start[static_cast<size_t>(s)]) {
+        add(swa.values[static_cast<size_t>(s)].data() + (kRing * kWindow + t % kWindow) * kD);
+      } else {
+        add(chunk_vals[static_cast<size_t>(s)].data() +
+            (t - chunk_start[static_cast<size_t>(s)]) * kD);
+      }
+    }
+    if (c.topk_width > 0) {
+      std::vector<int32_t> all(static_cast<size_t>(sp.comp_len));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      const int64_t n = std::min<int64_t>(c.topk_width, sp.comp_len);
+      std::vector<int32_t> sel(all.begin(), all.begin() + n);
+      std::sort(sel.begin(), sel.end());
+      for (int64_t i = 0; i < n; ++i) {
+        topk[static_cast<size_t>(r * c.topk_width + i)] = sel[static_cast<size_t>(i)];
+        add(comp.values[static_cast<size_t>(s)].data() + sel[static_cast<size_t>(i)] * kD);
+      }
+    }
+    const int64_t n_ent = static_cast<int64_t>(entries.size()) / kD;
+    std::vector<int32_t> idx(static_cast<size_t>(n_ent));
+    std::iota(idx.begin(), idx.end(), 0);
+    std::vector<double> qd(q.begin() + static_cast<int64_t>(r) * kH * kD,
+                           q.begin() + static_cast<int64_t>(r + 1) * kH * kD);
+    std::vector<double> sd(sink.begin(), sink.end());
+    double* o = res.ref.data() + static_cast<int64_t>(r) * kH * kD;
+    cpu::sparse_attention<double>(qd.data(), 1, kH, kD, entries.data(), n_ent, sd.data(),
+                                  idx.data(), n_ent, scale, o);
+    for (int h = 0; h < kH; ++h) {
+      double* x = o + h * kD + (kD - 64);
+      for (int i = 0; i < 32; ++i) {
+        const float angle = static_cast<float>(sp.pos) * freqs[static_cast<size_t>(i)];
+        const double cs = std::cos(static_cast<double>(angle));
+        const double sn = -std::sin(static_cast<double>(angle));
+        const double a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * cs - b * sn;
+        x[2 * i + 1] = a * sn + b * cs;
+      }
+    }
+  }
+
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  DeviceBuffer d_swa = upload(swa.pool, st), d_comp = upload(comp.pool, st);
+  DeviceBuffer d_swa_pages = upload(swa.pages, st), d_comp_pages = upload(comp.pages, st);
+  DeviceBuffer d_chunk = upload(chunk_kv, st);
+  DeviceBuffer d_q =
+      c.precision == ActPrecision::kF32 ? upload(q, st) : upload(dense_test::to_bf16(q), st);
+  const size_t esz = c.precision == ActPrecision::kF32 ? 4 : 2;
+  DeviceBuffer d_out = poisoned<uint8_t>(static_cast<size_t>(rows) * kH * kD * esz, st);
+  DeviceBuffer d_seq = upload(seq_of_row, st), d_pos = upload(pos_of_row, st);
+  DeviceBuffer d_cs = upload(cs_of_row, st), d_r0 = upload(r0_of_row, st);
+  DeviceBuffer d_topk = upload(topk, st), d_sink = upload(sink, st), d_freqs = upload(freqs, st);
+
+  SparseAttnParams p;
+  p.q = d_q.data();
+  p.out = d_out.data();
+  p.rows = rows;
+  p.precision = c.precision;
+  p.seq = d_seq.as<int32_t>();
+  p.pos = d_pos.as<int64_t>();
+  p.chunk_start = d_cs.as<int64_t>();
+  p.chunk_row0 = d_r0.as<int64_t>();
+  p.swa = {d_swa.as<uint8_t>(), kPageBytes,   d_swa_pages.as<int32_t>(),
+           swa.pages_per_seq,   swa.per_page, kSwaEntryBytes};
+  p.ring_block = kRing;
+  p.window = kWindow;
+  p.chunk_kv = d_chunk.as<uint8_t>();
+  p.comp = {d_comp.as<uint8_t>(), kPageBytes,    d_comp_pages.as<int32_t>(),
+            comp.pages_per_seq,   comp.per_page, kCompEntryBytes};
+  p.topk = d_topk.as<int32_t>();
+  p.topk_width = c.topk_width;
+  p.comp_entries = max_comp;
+  p.sink = d_sink.as<float>();
+  p.scale = static_cast<float>(scale);
+  p.rope_freqs = d_freqs.as<float>();
+  sparse_attention(p, st);
+  DI_CUDA_CHECK(cudaStreamSynchronize(st));
+  if (c.precision == ActPrecision::kF32) {
+    res.gpu = download<float>(d_out, static_cast<size_t>(rows) * kH * kD, st);
+  } else {
+    res.gpu =
+        dense_test::from_bf16(download<uint16_t>(d_out, static_cast<size_t>(rows) * kH * kD, st));
+  }
+  if (c.single_row >= 0) {
+    // The same row as a batch of one: every per-row array offset to it, a fresh output.
+    const int64_t r = c.single_row;
+    DeviceBuffer d_one = poisoned<float>(static_cast<size_t>(kH) * kD, st);
+    SparseAttnParams one = p;
+    one.rows = 1;
+    one.q = static_cast<const uint8_t*>(d_q.data()) + r * kH * kD * static_cast<int64_t>(esz);
+    one.out = d_one.data();
+    one.seq += r;
+    one.pos += r;
+    one.chunk_start += r;
+    one.chunk_row0 += r;
+    one.topk += r * c.topk_width;
+    sparse_attention(one, st);
+    res.single = download<float>(d_one, static_cast<size_t>(kH) * kD, st);
+  }
+  return res;
+}
+
+void expect_close(const Result& r, double tol, const char* what) {
+  const size_t rh = r.ref.size() / kD;
+  double worst = 0.0;
+  for (size_t i = 0; i < rh; ++i) {
+    double num = 0.0, den = 0.0;
+    for (int d = 0; d < kD; ++d) {
+      const double g = r.gpu[i * kD + static_cast<size_t>(d)];
+      ASSERT_TRUE(std::isfinite(g)) << what << ": row*head " << i << " dim " << d;
+      const double e = g - r.ref[i * kD + static_cast<size_t>(d)];
+      num += e * e;
+      den += r.ref[i * kD + static_cast<size_t>(d)] * r.ref[i * kD + static_cast<size_t>(d)];
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-300)));
+  }
+  EXPECT_LE(worst, tol) << what;
+  std::printf("%s: worst normwise relative error %.3g\n", what, worst);
+}
+
+Case decode_case(ActPrecision prec, uint64_t seed) {
+  Case c;
+  c.precision = prec;
+  c.seed = seed;
+  // Decode rows: short (partial window, few compressed), long (full window, > 512 compressed),
+  // one whose last 3 window positions come from chunk_kv, one with no compressed entries yet.
+  c.seqs = {{5, 0, 2}, {4000, 0, 2000}, {777, 3, 388}, {60, 0, 0}, {20000, 1, 10000}};
+  c.row_seq = {0, 1, 2, 3, 4};
+  return c;
+}
+
+TEST(SparseAttentionGpu, DecodeFp32MatchesCpu) {
+  DI_REQUIRE_GPU();
+  expect_close(run_case(decode_case(ActPrecision::kF32, 11)), 1e-4, "decode fp32");
+}
+
+TEST(SparseAttentionGpu, DecodeBf16MatchesCpu) {
+  DI_REQUIRE_GPU();
+  expect_close(run_case(decode_case(ActPrecision::kBF16, 12)), 1e-2, "decode bf16");
+}
+
+TEST(SparseAttentionGpu, PrefillChunkMatchesCpu) {
+  DI_REQUIRE_GPU();
+  // A prefill chunk of 200 rows of one sequence at positions 1000..1199: rows see ring slots
+  // (positions < 1000) and the chunk's own entries; every row has its own top-k.
+  Case c;
+  c.seed = 21;
+  for (int64_t i = 0; i < 200; ++i) {
+    c.seqs.push_back({1000 + i, i + 1, (1000 + i + 1) / 2});
+    c.row_seq.push_back(static_cast<int>(i));
+  }
+  expect_close(run_case(c), 1e-4, "prefill chunk fp32");
+}
+
+TEST(SparseAttentionGpu, WindowOnlyLayer) {
+  DI_REQUIRE_GPU();
+  Case c = decode_case(ActPrecision::kF32, 31);
+  c.topk_width = 0;
+  expect_close(run_case(c), 1e-4, "window only");
+}
+
+TEST(SparseAttentionGpu, RowIsBatchInvariant) {
+  DI_REQUIRE_GPU();
+  // Each row of the decode batch alone: bitwise the same output as inside the batch of five.
+  for (int r = 0; r < 5; ++r) {
+    Case c = decode_case(ActPrecision::kF32, 41);
+    c.single_row = r;
+    const Result res = run_case(c);
+    ASSERT_EQ(std::memcmp(res.single.data(), res.gpu.data() + static_cast<size_t>(r) * kH * kD,
+                          static_cast<size_t>(kH) * kD * sizeof(float)),
+              0)
+        << "row " << r;
+  }
+}
+
+TEST(SparseAttentionGpu, BadParamsAreRejected) {
+  SparseAttnParams p;
+  EXPECT_THROW(sparse_attention(p, nullptr), Error);  // rows 0
+  p.rows = 1;
+  EXPECT_THROW(sparse_attention(p, nullptr), Error);  // null pointers
+}
+
+}  // namespace
+}  // namespace di
