@@ -30,6 +30,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/attention/sparse_attention.cuh"
+#include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
 
 namespace di {
 namespace {
@@ -52,7 +53,7 @@ struct Smem {
   static constexpr int kP = 2 * 4 * kPBytes * (kF32 ? 2 : 1);  // [parity][group][hi, lo]
   static constexpr int kRed = 2 * 2 * 4 * 2 * 16 * 4;          // [max, sum][parity][g][side][16]
   static constexpr int kPtr = kChunk * 8;                      // entry addresses
-  static constexpr int kBytes = kQ + kQLo + kKv + kP + kRed + kPtr + 4 * 8;
+  static constexpr int kBytes = kQ + kQLo + kKv + kP + kRed + kPtr + 16 + 2 * 8;
 };
 
 // Byte offset of 16-byte chunk c of row r in a 1024-byte-row tile, XOR-swizzled over the 8 chunks
@@ -273,7 +274,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* s_p = s_kv + L::kKv;
   float* s_red = reinterpret_cast<float*>(s_p + L::kP);
   const uint8_t** s_ptr = reinterpret_cast<const uint8_t**>(s_red + L::kRed / 4);
-  int* s_tiles = reinterpret_cast<int*>(s_ptr + kChunk);  // [4] entry bit masks per tile
+  int* s_tiles = reinterpret_cast<int*>(s_ptr + kChunk);        // [4] entry bit masks per tile
+  uint64_t* s_full = reinterpret_cast<uint64_t*>(s_tiles + 4);  // [2] KV buffer b holds its tile
 
   const int row = blockIdx.x;
   const int chunk = blockIdx.y;
@@ -284,6 +286,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Entry addresses of this chunk (nullptr = masked) and which tiles hold any entry.
 
   __syncthreads();
+  if (tid == kThreads - 1) {
+    fp8_sm90::mbar_init(&s_full[0], kThreads / 32);  // one arrival per warp
+    fp8_sm90::mbar_init(&s_full[1], kThreads / 32);
+  }
   if (tid < kChunk) {
     const uint8_t* e = nullptr;
     if (chunk == 0) {
@@ -369,12 +375,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_fp8(s_ptr, tile, raw);
       store_fp8(s_kv, raw);
     }
+    __syncwarp();
+    if (lane == 0) fp8_sm90::mbar_arrive(&s_full[0]);
   }
-  __syncthreads();
 
+  // Tile it lives in buffer it % 2. Each warp stores its slice of the next tile after its math on
+  // the current one and arrives on that buffer's barrier; a warp waits for a buffer only when it
+  // needs it (no CTA-wide barrier per tile, so the head groups drift apart and overlap their
+  // phases). Reuse is safe: a warp storing tile it + 1 (into the buffer of tile it - 1) has passed
+  // the wait for tile it, so every warp has finished its math on tile it - 1.
   for (int it = 0; tile < 4; ++it) {
     const int par = it & 1;
     uint8_t* kv = s_kv + par * kTile * kRowBytes;
+    fp8_sm90::mbar_wait(&s_full[par], (it / 2) & 1);
     const uint32_t rest = tile_mask & ~((2u << tile) - 1u);
     const int next = rest != 0 ? __ffs(rest) - 1 : 4;
     const bool more = next < 4;
@@ -561,10 +574,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else {
         store_fp8(next_kv, raw);
       }
+      __syncwarp();
+      if (lane == 0) fp8_sm90::mbar_arrive(&s_full[par ^ 1]);
     }
-    __syncthreads();
     tile = next;
   }
+  __syncthreads();  // every warp is done with Q and KV: the epilogue reuses that memory
 
   // The chunk's unnormalised O [64][512] (over the Q / KV buffers, free after the loop's last
   // barrier), m and l [64][2] into shared memory; then the chunks of the row (one cluster) are
@@ -601,35 +616,64 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   cluster.sync();
 
+  // Per head: w_c = 2^(m_c - M) and 1 / (sum_c w_c l_c + 2^(sink - M)) over the chunks in chunk
+  // order (into the P buffers, free now); every remote load of a thread is issued before use.
+  constexpr int kMaxChunks = 8;
+  float* s_wt = reinterpret_cast<float*>(s_p);  // [kMaxChunks][64] weights, then [64] 1 / den
+  if (tid < kHeads) {
+    float m[kMaxChunks], l[kMaxChunks];
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c) {
+      if (c < chunks) {
+        const float* ml = cluster.map_shared_rank(s_ml, c);
+        m[c] = ml[2 * tid];
+        l[c] = ml[2 * tid + 1];
+      }
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c)
+      if (c < chunks) mx = fmaxf(mx, m[c]);
+    float den = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c) {
+      if (c < chunks) {
+        const float w = (mx == -INFINITY || m[c] == -INFINITY) ? 0.0f : exp2f(m[c] - mx);
+        den += w * l[c];
+        s_wt[c * kHeads + tid] = w;
+      }
+    }
+    // Nothing visible: the output is zero (the sink alone), weights and 1 / den both 0.
+    s_wt[kMaxChunks * kHeads + tid] =
+        mx == -INFINITY ? 0.0f : 1.0f / (den + exp2f(p.sink[tid] * kLog2e - mx));
+  }
+  __syncthreads();
+
   T* out = static_cast<T*>(p.out) + static_cast<int64_t>(row) * kHeads * kDim;
   const int tail0 = kDim - p.rope_dim;
   const int d = 4 * (tid % 128);
   for (int h = chunk + chunks * (tid / 128); h < kHeads; h += 2 * chunks) {
-    // Weights 2^(m_c - M) / (sum_c 2^(m_c - M) l_c + 2^(sink - M)), chunk order.
-    float mx = -INFINITY;
-    for (int c = 0; c < chunks; ++c)
-      mx = fmaxf(mx, cluster.map_shared_rank(s_ml, c)[2 * h]);
+    float4 v[kMaxChunks];
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c)
+      if (c < chunks)
+        v[c] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(s_o, c) + h * kDim + d);
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (mx != -INFINITY) {  // else nothing visible: the output is zero (the sink alone)
-      float den = 0.0f;
-      for (int c = 0; c < chunks; ++c) {
-        const float* ml = cluster.map_shared_rank(s_ml, c);
-        const float w = ml[2 * h] == -INFINITY ? 0.0f : exp2f(ml[2 * h] - mx);
-        den += w * ml[2 * h + 1];
-        const float4 v =
-            *reinterpret_cast<const float4*>(cluster.map_shared_rank(s_o, c) + h * kDim + d);
-        acc.x += w * v.x;
-        acc.y += w * v.y;
-        acc.z += w * v.z;
-        acc.w += w * v.w;
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c) {
+      if (c < chunks) {
+        const float w = s_wt[c * kHeads + h];
+        acc.x += w * v[c].x;
+        acc.y += w * v[c].y;
+        acc.z += w * v[c].z;
+        acc.w += w * v[c].w;
       }
-      den += exp2f(p.sink[h] * kLog2e - mx);
-      const float inv = 1.0f / den;
-      acc.x *= inv;
-      acc.y *= inv;
-      acc.z *= inv;
-      acc.w *= inv;
     }
+    const float inv = s_wt[kMaxChunks * kHeads + h];
+    acc.x *= inv;
+    acc.y *= inv;
+    acc.z *= inv;
+    acc.w *= inv;
     if (d >= tail0) {
       const int i0 = (d - tail0) / 2;
       const float c0 = s_cs[i0], s0 = s_cs[32 + i0], c1 = s_cs[i0 + 1], s1 = s_cs[33 + i0];
