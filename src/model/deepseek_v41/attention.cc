@@ -5,22 +5,13 @@
 #include <cmath>
 
 #include "common/check.h"
-#include "kernels/cpu/moe_gate.h"
+#include "kernels/cpu/indexer.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/sparse_attn.h"
 #include "model/deepseek_v41/model.h"
 
 namespace di::v41 {
-
-namespace {
-
-// Python floor division for possibly negative numerators.
-int64_t floor_div(int64_t a, int64_t b) {
-  return (a >= 0) ? a / b : -((-a + b - 1) / b);
-}
-
-}  // namespace
 
 template <typename T>
 void Model<T>::compress(int64_t i, SequenceStateT<T>& st, int64_t start, const Vec& x, Vec& latents,
@@ -112,65 +103,25 @@ std::vector<std::vector<int32_t>> Model<T>::indexer(int64_t i, SequenceStateT<T>
   std::vector<int64_t> traced_candidates;  // [rows, visible_total], candidate builders
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t visible = (start + r + 1) / ratio;  // group j visible iff j < (pos+1)/ratio
-    for (int64_t t = 0; t < visible_total; ++t) {
-      if (t >= visible) {
-        score[static_cast<size_t>(t)] = -INFINITY;
-        continue;
-      }
-      const T* k = ks.index_keys.data() + t * IHD;
-      T acc = 0;
-      for (int64_t hh = 0; hh < IH; ++hh) {
-        const T* qh = q.data() + (r * IH + hh) * IHD;
-        T dot = 0;
-        for (int64_t d = 0; d < IHD; ++d)
-          dot += qh[d] * k[d];
-        acc += std::max(dot, T(0)) * weights[static_cast<size_t>(r * IH + hh)];
-      }
-      score[static_cast<size_t>(t)] = acc;
-    }
+    cpu::indexer_score(q.data() + r * IH * IHD, weights.data() + r * IH, ks.index_keys.data(),
+                       visible_total, visible, IH, IHD, score.data());
     if (p.candidate_builder) {
       // Level one: keep the best `candidate_topk_blocks` blocks (block score = max over its
       // positions; the block holding the newest visible position pinned to +inf).
-      const int64_t bsz = cfg_.candidate_block_size;
-      const int64_t nblocks = (visible_total + bsz - 1) / bsz;
-      Vec bscore(static_cast<size_t>(nblocks), -INFINITY);
-      for (int64_t t = 0; t < visible_total; ++t) {
-        T& b = bscore[static_cast<size_t>(t / bsz)];
-        b = std::max(b, score[static_cast<size_t>(t)]);
-      }
-      const int64_t last = floor_div(visible - 1, bsz);
-      if (last >= 0 && last < nblocks) bscore[static_cast<size_t>(last)] = INFINITY;
-      const auto top =
-          cpu::topk_indices(bscore.data(), nblocks, std::min(cfg_.candidate_topk_blocks, nblocks));
       std::vector<uint8_t> mask(static_cast<size_t>(visible_total), 0);
-      for (int64_t b : top) {
-        if (bscore[static_cast<size_t>(b)] == -INFINITY) continue;
-        for (int64_t t = b * bsz; t < std::min(visible_total, (b + 1) * bsz); ++t) {
-          mask[static_cast<size_t>(t)] = 1;
-        }
-      }
+      cpu::candidate_pool(score.data(), visible_total, visible, cfg_.candidate_block_size,
+                          cfg_.candidate_topk_blocks, mask.data());
       if (tracing()) traced_candidates.insert(traced_candidates.end(), mask.begin(), mask.end());
       shared.candidates.push_back(std::move(mask));
     } else if (p.candidate_reader) {
       const auto& mask = shared.candidates.at(static_cast<size_t>(r));
-      for (int64_t t = 0; t < visible_total; ++t) {
-        if (t >= static_cast<int64_t>(mask.size()) || !mask[static_cast<size_t>(t)]) {
-          score[static_cast<size_t>(t)] = -INFINITY;
-        }
-      }
+      cpu::apply_candidate_mask(score.data(), visible_total, mask.data(),
+                                static_cast<int64_t>(mask.size()));
     }
     if (tracing()) traced_scores.insert(traced_scores.end(), score.begin(), score.end());
     // Top-k among the reachable positions (lower position wins ties), re-sorted by position.
-    const int64_t k = std::min(cfg_.index_topk, visible_total);
-    std::vector<int64_t> top = cpu::topk_indices(score.data(), visible_total, k);
-    std::vector<int32_t> sel;
-    for (int64_t t : top) {
-      if (t < visible && score[static_cast<size_t>(t)] != -INFINITY)
-        sel.push_back(static_cast<int32_t>(t));
-    }
-    std::sort(sel.begin(), sel.end());
-    while (static_cast<int64_t>(sel.size()) < k)
-      sel.push_back(-1);
+    std::vector<int32_t> sel =
+        cpu::select_topk(score.data(), visible_total, visible, cfg_.index_topk);
     if (tracing()) traced_topk.insert(traced_topk.end(), sel.begin(), sel.end());
     out[static_cast<size_t>(r)] = std::move(sel);
   }

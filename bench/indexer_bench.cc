@@ -1,0 +1,281 @@
+// Lightning indexer on the GPU (issue 7): scoring (decode: 64K keys, batch 1 and 8; prefill: 2048
+// query rows x 16K keys) against the device-to-device copy bandwidth measured in the same run,
+// top-k over 64K scores against the time to read those scores once, the candidate pool.
+// Timing: CUDA graphs of repeated launches; every launch reads a different replica of its inputs
+// (together > 4x the L2), so the numbers are HBM numbers, not L2 numbers.
+//
+// Usage: indexer_bench
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_graph.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/device_buffer.h"
+#include "common/check.h"
+#include "kernels/cuda/indexer/indexer.cuh"
+
+namespace di {
+namespace {
+
+constexpr size_t kReplicaBytes = size_t{256} << 20;  // inputs cycled per launch (> 4x L2)
+
+// Median per-launch microseconds of `reps` launches captured in one graph (5 replays).
+double time_us(Stream& stream, int reps, const std::function<void(int, cudaStream_t)>& work) {
+  for (int i = 0; i < 2; ++i)
+    work(i, stream.get());
+  CudaGraph graph;
+  graph.capture(stream.get(), [&](cudaStream_t s) {
+    for (int i = 0; i < reps; ++i)
+      work(i, s);
+  });
+  graph.replay(stream.get());
+  Event start(true), end(true);
+  std::vector<double> t;
+  for (int trial = 0; trial < 5; ++trial) {
+    start.record(stream.get());
+    graph.replay(stream.get());
+    end.record(stream.get());
+    end.synchronize();
+    t.push_back(1000.0 * Event::elapsed_ms(start, end) / reps);
+  }
+  std::sort(t.begin(), t.end());
+  return t[2];
+}
+
+// Read+write bytes per second of a 2 GiB device-to-device copy (on the stream, not in a graph:
+// a graph's memcpy node may run on a copy engine).
+double copy_gbs(Stream& stream) {
+  const size_t bytes = size_t{2} << 30;
+  DeviceBuffer a(bytes, "copy src"), b(bytes, "copy dst");
+  a.fill_async(0x5A, stream.get());
+  std::vector<double> t;
+  Event start(true), end(true);
+  for (int trial = 0; trial < 7; ++trial) {
+    start.record(stream.get());
+    DI_CUDA_CHECK(
+        cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
+    end.record(stream.get());
+    end.synchronize();
+    if (trial >= 2) t.push_back(1000.0 * Event::elapsed_ms(start, end));
+  }
+  std::sort(t.begin(), t.end());
+  return 2.0 * static_cast<double>(bytes) / (t[t.size() / 2] * 1e-6) / 1e9;
+}
+
+// A paged key pool of `seqs` sequences x `len` keys (64 entries per page, shuffled page ids),
+// random e2m1 codes with scale byte 127.
+struct KeyPool {
+  static constexpr int kEntriesPerPage = 64;
+  static constexpr int64_t kPageBytes = kEntriesPerPage * kIndexKeyBytes;
+  DeviceBuffer pool, pages;
+  int32_t pages_stride = 0;
+
+  KeyPool(int64_t seqs, int64_t len, cudaStream_t stream) {
+    pages_stride = static_cast<int32_t>((len + kEntriesPerPage - 1) / kEntriesPerPage);
+    const int64_t n_pages = seqs * pages_stride;
+    std::vector<int32_t> ids(static_cast<size_t>(n_pages));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::mt19937_64 rng(1);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<uint8_t> host(static_cast<size_t>(n_pages * kPageBytes));
+    for (size_t i = 0; i < host.size(); ++i)
+      host[i] = static_cast<uint8_t>(rng());
+    for (int64_t e = 0; e < n_pages * kEntriesPerPage; ++e) {
+      for (int b = 0; b < 4; ++b)
+        host[static_cast<size_t>(e * kIndexKeyBytes + 64 + b)] = 127;
+    }
+    pool = DeviceBuffer(host.size(), "bench key pool");
+    pool.copy_from_host_async(host.data(), host.size(), stream);
+    pages = DeviceBuffer(ids.size() * 4, "bench page table");
+    pages.copy_from_host_async(ids.data(), ids.size() * 4, stream);
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  PagedTable table() {
+    PagedTable t;
+    t.pool = pool.as<uint8_t>();
+    t.page_bytes = kPageBytes;
+    t.pages = pages.as<int32_t>();
+    t.pages_stride = pages_stride;
+    t.entries_per_page = kEntriesPerPage;
+    t.entry_bytes = kIndexKeyBytes;
+    return t;
+  }
+};
+
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& v, cudaStream_t stream, const char* tag) {
+  DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16), tag);
+  b.copy_from_host_async(v.data(), v.size() * sizeof(T), stream);
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return b;
+}
+
+// Scoring of `rows` query rows against `len` keys. Decode: row r reads its own sequence; prefill:
+// all rows read one sequence with causal visibility (the last row sees all keys). Each launch uses
+// another replica (sequences and query rows).
+void bench_score(Stream& stream, double copy, const char* name, int64_t rows, int64_t len,
+                 bool prefill) {
+  const int64_t seqs_per_launch = prefill ? 1 : rows;
+  const int64_t key_bytes = seqs_per_launch * len * kIndexKeyBytes;
+  const int64_t replicas =
+      std::max<int64_t>(1, static_cast<int64_t>(kReplicaBytes) / std::max<int64_t>(key_bytes, 1));
+  KeyPool pool(replicas * seqs_per_launch, len, stream.get());
+  std::vector<uint8_t> q(static_cast<size_t>(rows * kIndexQueryBytes));
+  std::mt19937_64 rng(2);
+  for (size_t i = 0; i < q.size(); ++i)
+    q[i] = (i % kIndexKeyBytes) >= 64 ? 127 : static_cast<uint8_t>(rng());
+  std::vector<float> w(static_cast<size_t>(rows * kIndexHeads), 0.01f);
+  std::vector<int32_t> seq(static_cast<size_t>(replicas * rows)), vis(static_cast<size_t>(rows));
+  for (int64_t c = 0; c < replicas; ++c) {
+    for (int64_t r = 0; r < rows; ++r)
+      seq[static_cast<size_t>(c * rows + r)] = static_cast<int32_t>(prefill ? c : c * rows + r);
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    vis[static_cast<size_t>(r)] = static_cast<int32_t>(prefill ? len - (rows - 1 - r) : len);
+  auto q_dev = upload(q, stream.get(), "q");
+  auto w_dev = upload(w, stream.get(), "weights");
+  auto seq_dev = upload(seq, stream.get(), "row_seq");
+  auto vis_dev = upload(vis, stream.get(), "row_visible");
+  DeviceBuffer out(static_cast<size_t>(rows * len) * 4, "scores");
+  IndexerScoreParams p;
+  p.q = q_dev.as<uint8_t>();
+  p.weights = w_dev.as<float>();
+  p.keys = pool.table();
+  p.row_visible = vis_dev.as<int32_t>();
+  p.rows = rows;
+  p.rows_share_keys = prefill;
+  p.n_cols = len;
+  p.score_stride = len;
+  p.scores = out.as<float>();
+  const double us = time_us(stream, 20, [&](int i, cudaStream_t s) {
+    IndexerScoreParams pi = p;
+    pi.row_seq = seq_dev.as<int32_t>() + (i % replicas) * rows;
+    indexer_score(pi, s);
+  });
+  const double key_gbs = static_cast<double>(key_bytes) / (us * 1e-6) / 1e9;
+  const double all_bytes = static_cast<double>(key_bytes) + static_cast<double>(rows * len) * 4.0 +
+                           static_cast<double>(rows) * kIndexQueryBytes;
+  const double all_gbs = all_bytes / (us * 1e-6) / 1e9;
+  double pairs = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    pairs += vis[static_cast<size_t>(r)];
+  const double tops = pairs * kIndexHeads * kIndexDim * 2.0 / (us * 1e-6) / 1e12;
+  std::printf(
+      "%-16s rows=%-5lld keys=%-6lld %9.2f us | key bytes %7.2f MB %7.0f GB/s = %5.1f%% of copy | "
+      "all bytes %7.0f GB/s = %5.1f%% | int8 %6.1f TOPS\n",
+      name, static_cast<long long>(rows), static_cast<long long>(len), us,
+      static_cast<double>(key_bytes) / 1e6, key_gbs, 100.0 * key_gbs / copy, all_gbs,
+      100.0 * all_gbs / copy, tops);
+}
+
+// Top-k (k = 512) of `rows` rows of 64K scores (|N(0,1)|, distinct replicas per launch), against
+// reading those scores once at the copy bandwidth and against a device-to-device copy of them.
+// wide: values spread over 2^-60 .. 2^60 (scores rarely share a radix bin) instead of |N(0,1)|.
+void bench_topk(Stream& stream, double copy, int64_t rows, int64_t n, int k, bool wide = false) {
+  const int64_t row_bytes = rows * n * 4;
+  const int64_t replicas = std::max<int64_t>(1, static_cast<int64_t>(kReplicaBytes) / row_bytes);
+  std::vector<float> s(static_cast<size_t>(replicas * rows * n));
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ud(-60.0f, 60.0f);
+  for (auto& x : s)
+    x = wide ? std::exp2(ud(rng)) : std::abs(nd(rng));
+  auto s_dev = upload(s, stream.get(), "scores");
+  DeviceBuffer out(static_cast<size_t>(rows * k) * 4, "top-k");
+  DeviceBuffer copy_dst(static_cast<size_t>(row_bytes), "copy dst");
+  IndexerTopkParams p;
+  p.rows = rows;
+  p.n = n;
+  p.score_stride = n;
+  p.k = k;
+  p.out = out.as<int32_t>();
+  p.out_stride = k;
+  const double us = time_us(stream, 20, [&](int i, cudaStream_t st) {
+    IndexerTopkParams pi = p;
+    pi.scores = s_dev.as<float>() + (i % replicas) * rows * n;
+    indexer_topk(pi, st);
+  });
+  const double copy_us = time_us(stream, 20, [&](int i, cudaStream_t st) {
+    DI_CUDA_CHECK(cudaMemcpyAsync(copy_dst.data(), s_dev.as<float>() + (i % replicas) * rows * n,
+                                  static_cast<size_t>(row_bytes), cudaMemcpyDeviceToDevice, st));
+  });
+  const double read_us = static_cast<double>(row_bytes) / (copy * 1e9) * 1e6;
+  std::printf(
+      "topk k=%-4d %-5s rows=%-5lld n=%-6lld %9.2f us | read once at copy rate %7.2f us: %5.2fx | "
+      "D2D copy of the scores %7.2f us: %5.2fx\n",
+      k, wide ? "wide" : "|N|", static_cast<long long>(rows), static_cast<long long>(n), us,
+      read_us, us / read_us, copy_us, us / copy_us);
+}
+
+void bench_candidates(Stream& stream, int64_t rows, int64_t n) {
+  std::vector<float> s(static_cast<size_t>(rows * n));
+  std::mt19937_64 rng(4);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& x : s)
+    x = std::abs(nd(rng));
+  std::vector<int32_t> vis(static_cast<size_t>(rows), static_cast<int32_t>(n));
+  auto s_dev = upload(s, stream.get(), "scores");
+  auto v_dev = upload(vis, stream.get(), "visible");
+  DeviceBuffer ws(indexer_candidates_workspace_bytes(rows, n, 8, 2048), "workspace");
+  DeviceBuffer mask(static_cast<size_t>(rows * n), "mask");
+  IndexerCandidateParams p;
+  p.scores = s_dev.as<float>();
+  p.row_visible = v_dev.as<int32_t>();
+  p.rows = rows;
+  p.n = n;
+  p.score_stride = n;
+  p.workspace = ws.data();
+  p.mask = mask.as<uint8_t>();
+  p.mask_stride = n;
+  const double us = time_us(stream, 20, [&](int, cudaStream_t st) { indexer_candidates(p, st); });
+  std::printf(
+      "candidates       rows=%-5lld n=%-6lld %9.2f us (block max + top-2048 of %lld "
+      "blocks + mask)\n",
+      static_cast<long long>(rows), static_cast<long long>(n), us, static_cast<long long>(n / 8));
+}
+
+int run() {
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "indexer_bench: no CUDA device\n");
+    return 1;
+  }
+  const DeviceInfo info = device_info(0);
+  Stream stream;
+  std::printf("device: %s, %d SMs\n", info.name.c_str(), info.sm_count);
+  const double copy = copy_gbs(stream);
+  std::printf("ceiling: D2D copy %.0f GB/s (read + write of 2 GiB)\n", copy);
+  bench_score(stream, copy, "score decode", 1, 65536, false);
+  bench_score(stream, copy, "score decode", 8, 65536, false);
+  bench_score(stream, copy, "score decode", 64, 65536, false);
+  bench_score(stream, copy, "score prefill", 2048, 16384, true);
+  for (int64_t rows : {int64_t{1}, int64_t{8}, int64_t{132}, int64_t{1024}})
+    bench_topk(stream, copy, rows, 65536, 512);
+  bench_topk(stream, copy, 132, 262144, 512);
+  bench_topk(stream, copy, 1, 65536, 512, true);
+  bench_topk(stream, copy, 132, 65536, 512, true);
+  bench_candidates(stream, 1, 65536);
+  bench_candidates(stream, 8, 65536);
+  return 0;
+}
+
+}  // namespace
+}  // namespace di
+
+int main() {
+  try {
+    return di::run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "indexer_bench: %s\n", e.what());
+    return 1;
+  }
+}

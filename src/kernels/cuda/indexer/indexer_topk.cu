@@ -1,0 +1,468 @@
+// Per-row top-k of the indexer (cpu::select_topk semantics), the layer-20 candidate pool
+// (cpu::candidate_pool) and the Reindex mask (cpu::apply_candidate_mask).
+//
+// Top-k: one CTA per row, radix select on the order-preserving unsigned key of the fp32 bits
+// (-0 folded onto +0, since the reference compares values: -0 == +0 is a tie). -inf never
+// survives the reference's selection, so -inf keys are left out of every count; with them gone,
+// "the best min(k, n), then drop -inf" is "the best k_eff = min(k, n) finite values, or all of
+// them when fewer". Finite values at positions >= visible take part and are dropped afterwards,
+// as in the reference.
+//   1. Histogram of the top 12 key bits over the row (global read 1) -> the bin B1 holding the
+//      k_eff-th largest value, and how many lie above it.
+//   2. If the elements at or above B1 fit the shared list (3,840 entries, the common case: B1 is
+//      1/4,096 of the value range), an order-preserving compaction copies them (key, index) to
+//      shared memory (global read 2); the rest of the work reads only the list. Otherwise (many
+//      equal values) the passes below read the row again (3 more global reads).
+//   3. Histograms of key bits 10..19 and 0..9 of the elements in B1 -> the exact threshold key T,
+//      and need_eq = k_eff - #(key > T), the number of elements equal to T to take: the lowest
+//      positions first, the reference's tie-break.
+//   4. Emission in position order: an element is selected iff key > T, or key == T and fewer than
+//      need_eq elements equal to T precede it (a CTA prefix count); selected elements at
+//      positions < visible are written at their prefix-count slot, so the output comes out
+//      sorted with no sort; the tail of the k_eff slots gets -1.
+//
+// Candidate pool: block max over the row (with the newest visible block pinned to +inf) into the
+// workspace, the same top-k over the block scores (k = topk_blocks; -inf blocks drop out like
+// -inf scores), then the mask from the sorted block ids (a binary search per position).
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/check.h"
+#include "kernels/cuda/indexer/indexer.cuh"
+
+namespace di {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBins1 = 4096;  // top 12 key bits
+constexpr int kBins2 = 1024;  // bits 10..19, then bits 0..9
+constexpr int kListCap = 3840;
+constexpr int kListPer = 8;  // list entries per thread: kThreads * kListPer >= kListCap
+constexpr int kRowPer = 16;  // contiguous row elements per thread per chunk
+constexpr uint32_t kNegInfKey = 0x007FFFFFu;  // order_key(-inf)
+static_assert(kThreads * kListPer >= kListCap);
+static_assert(kBins1 % kThreads == 0 && kBins2 % kThreads == 0);
+
+// Monotone map of fp32 bits to uint32 (a < b as floats <=> key(a) < key(b)), -0 -> key(+0).
+__device__ __forceinline__ uint32_t order_key(float x) {
+  uint32_t b = __float_as_uint(x);
+  if (b == 0x80000000u) b = 0u;
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+struct TopkShared {
+  uint32_t hist[kBins1];
+  uint32_t list_key[kListCap];
+  int32_t list_idx[kListCap];
+  uint32_t scan[kWarps + 1];
+  uint32_t found[3];  // bin, count above the bin, total count
+};
+
+// Exclusive prefix sum of v in thread order; *total gets the CTA sum. Three barriers, so
+// consecutive calls may reuse `scan`.
+__device__ uint32_t cta_exclusive_scan(uint32_t v, uint32_t* scan, uint32_t* total) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  uint32_t incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t x = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+    if (lane >= o) incl += x;
+  }
+  if (lane == 31) scan[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    const uint32_t wv = lane < kWarps ? scan[lane] : 0u;
+    uint32_t wi = wv;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t x = __shfl_up_sync(0xFFFFFFFFu, wi, o);
+      if (lane >= o) wi += x;
+    }
+    __syncwarp();
+    if (lane < kWarps) scan[lane] = wi - wv;
+    if (lane == 31) scan[kWarps] = wi;
+  }
+  __syncthreads();
+  const uint32_t result = scan[warp] + incl - v;
+  *total = scan[kWarps];
+  __syncthreads();
+  return result;
+}
+
+// The row's scores, read kRowPer contiguous elements per thread (16-byte loads where whole).
+struct RowSource {
+  static constexpr int kPer = kRowPer;
+  const float* row;
+  int32_t n;
+  __device__ int32_t size() const { return n; }
+  __device__ void load(int32_t base, uint32_t (&key)[kPer], int32_t (&idx)[kPer]) const {
+    const int32_t first = base + static_cast<int32_t>(threadIdx.x) * kPer;
+    if (first + kPer <= n) {
+      const float4* p = reinterpret_cast<const float4*>(row + first);
+#pragma unroll
+      for (int v = 0; v < kPer / 4; ++v) {
+        const float4 x = __ldg(p + v);
+        key[4 * v] = order_key(x.x);
+        key[4 * v + 1] = order_key(x.y);
+        key[4 * v + 2] = order_key(x.z);
+        key[4 * v + 3] = order_key(x.w);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < kPer; ++e)
+        key[e] = first + e < n ? order_key(__ldg(row + first + e)) : kNegInfKey;
+    }
+#pragma unroll
+    for (int e = 0; e < kPer; ++e)
+      idx[e] = first + e;
+  }
+};
+
+// The shared list (position order), kListPer contiguous entries per thread.
+struct ListSource {
+  static constexpr int kPer = kListPer;
+  const uint32_t* keys;
+  const int32_t* idx;
+  int32_t m;
+  __device__ int32_t size() const { return m; }
+  __device__ void load(int32_t base, uint32_t (&key)[kPer], int32_t (&id)[kPer]) const {
+    const int32_t first = base + static_cast<int32_t>(threadIdx.x) * kPer;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      key[e] = first + e < m ? keys[first + e] : kNegInfKey;
+      id[e] = first + e < m ? idx[first + e] : -1;
+    }
+  }
+};
+
+// Calls f(key, idx) for each chunk of the source, in position order. (Measured on the H200:
+// prefetching the next chunk into a second register buffer was no faster for one row and, with
+// twice the registers, slower for many rows; warp-aggregated histogram atomics (match.any) were
+// 2.5x slower than plain shared atomics.)
+template <class Src, class F>
+__device__ __forceinline__ void for_each_chunk(const Src& src, F&& f) {
+  for (int32_t base = 0; base < src.size(); base += kThreads * Src::kPer) {
+    uint32_t key[Src::kPer];
+    int32_t idx[Src::kPer];
+    src.load(base, key, idx);
+    f(key, idx);
+  }
+}
+
+// Histogram of (key >> shift) & (bins - 1) over the finite elements with (key & match_mask) ==
+// match_value.
+template <class Src>
+__device__ void histogram(const Src& src, uint32_t* hist, int bins, uint32_t match_mask,
+                          uint32_t match_value, int shift) {
+  for (int i = static_cast<int>(threadIdx.x); i < bins; i += kThreads)
+    hist[i] = 0u;
+  __syncthreads();
+  for_each_chunk(src, [&](const uint32_t(&key)[Src::kPer], const int32_t(&)[Src::kPer]) {
+#pragma unroll
+    for (int e = 0; e < Src::kPer; ++e) {
+      if (key[e] != kNegInfKey && (key[e] & match_mask) == match_value)
+        atomicAdd(&hist[(key[e] >> shift) & static_cast<uint32_t>(bins - 1)], 1u);
+    }
+  });
+  __syncthreads();
+}
+
+// The bin holding the need-th largest counted element (need >= 1): found = {bin, count in
+// higher bins, total}. found[0..1] are left alone when the total is below need.
+__device__ void find_bin(TopkShared& sh, int bins, uint32_t need) {
+  const int per = bins / kThreads;
+  const int top = bins - static_cast<int>(threadIdx.x) * per;  // this thread: [top - per, top)
+  uint32_t sum = 0;
+  for (int b = top - per; b < top; ++b)
+    sum += sh.hist[b];
+  uint32_t total = 0;
+  uint32_t above = cta_exclusive_scan(sum, sh.scan, &total);
+  for (int b = top - 1; b >= top - per; --b) {
+    const uint32_t h = sh.hist[b];
+    if (above < need && above + h >= need) {
+      sh.found[0] = static_cast<uint32_t>(b);
+      sh.found[1] = above;
+    }
+    above += h;
+  }
+  if (threadIdx.x == 0) sh.found[2] = total;
+  __syncthreads();
+}
+
+// Threshold key T and the number of elements equal to T to take, from the elements of bin B1,
+// of which need1 >= 1 are to be taken (need1 = k_eff - the count above B1).
+template <class Src>
+__device__ void refine(const Src& src, TopkShared& sh, uint32_t b1, uint32_t need1,
+                       uint32_t* threshold, uint32_t* need_eq) {
+  histogram(src, sh.hist, kBins2, 0xFFF00000u, b1 << 20, 10);
+  find_bin(sh, kBins2, need1);
+  const uint32_t b2 = sh.found[0], above2 = sh.found[1];
+  __syncthreads();
+  const uint32_t prefix = (b1 << 20) | (b2 << 10);
+  histogram(src, sh.hist, kBins2, 0xFFFFFC00u, prefix, 0);
+  find_bin(sh, kBins2, need1 - above2);
+  const uint32_t b3 = sh.found[0], above3 = sh.found[1];
+  __syncthreads();
+  *threshold = prefix | b3;
+  *need_eq = need1 - above2 - above3;
+}
+
+// Writes the selected positions < visible in position order to out, then -1 up to k_eff.
+template <class Src>
+__device__ void emit(const Src& src, TopkShared& sh, bool take_all, uint32_t threshold,
+                     uint32_t need_eq, int32_t visible, int32_t k_eff, int32_t* out) {
+  uint32_t eq_base = 0, out_base = 0;
+  for_each_chunk(src, [&](const uint32_t(&key)[Src::kPer], const int32_t(&idx)[Src::kPer]) {
+    uint32_t n_eq = 0;
+#pragma unroll
+    for (int e = 0; e < Src::kPer; ++e)
+      n_eq += (!take_all && key[e] == threshold) ? 1u : 0u;
+    uint32_t eq_total = 0;
+    uint32_t eq_rank = eq_base + cta_exclusive_scan(n_eq, sh.scan, &eq_total);
+    uint32_t sel_mask = 0;  // bit e: element e is written
+#pragma unroll
+    for (int e = 0; e < Src::kPer; ++e) {
+      bool sel;
+      if (take_all) {
+        sel = key[e] != kNegInfKey;
+      } else if (key[e] == threshold) {
+        sel = eq_rank < need_eq;
+        ++eq_rank;
+      } else {
+        sel = key[e] != kNegInfKey && key[e] > threshold;
+      }
+      if (sel && idx[e] < visible) sel_mask |= 1u << e;
+    }
+    uint32_t out_total = 0;
+    uint32_t pos = out_base + cta_exclusive_scan(__popc(sel_mask), sh.scan, &out_total);
+#pragma unroll
+    for (int e = 0; e < Src::kPer; ++e) {
+      if (sel_mask & (1u << e)) out[pos++] = idx[e];
+    }
+    eq_base += eq_total;
+    out_base += out_total;
+  });
+  for (int32_t i = static_cast<int32_t>(out_base) + static_cast<int32_t>(threadIdx.x); i < k_eff;
+       i += kThreads)
+    out[i] = -1;
+}
+
+// One row: scores [n], out [k_eff]. Every thread of the CTA calls it (uniform control flow).
+__device__ void topk_row(TopkShared& sh, const float* row, int32_t n, int32_t visible, int32_t k,
+                         int32_t* out) {
+  const int32_t k_eff = min(k, n);
+  if (k_eff <= 0) return;
+  const RowSource rsrc{row, n};
+  histogram(rsrc, sh.hist, kBins1, 0u, 0u, 20);
+  find_bin(sh, kBins1, static_cast<uint32_t>(k_eff));
+  const uint32_t total = sh.found[2];
+  const uint32_t b1 = sh.found[0], above1 = sh.found[1];
+  const uint32_t hist_b1 = sh.hist[b1 & (kBins1 - 1)];
+  __syncthreads();
+  if (total <= static_cast<uint32_t>(k_eff)) {  // every finite value is selected
+    emit(rsrc, sh, true, 0u, 0u, visible, k_eff, out);
+    return;
+  }
+  const uint32_t need1 = static_cast<uint32_t>(k_eff) - above1;
+  uint32_t threshold = 0, need_eq = 0;
+  if (above1 + hist_b1 <= static_cast<uint32_t>(kListCap)) {
+    // Compact the finite elements with key >= B1 << 20 into the list, in position order.
+    const uint32_t lo = b1 << 20;
+    uint32_t count = 0;
+    for_each_chunk(rsrc, [&](const uint32_t(&key)[kRowPer], const int32_t(&idx)[kRowPer]) {
+      uint32_t mine = 0;
+#pragma unroll
+      for (int e = 0; e < kRowPer; ++e)
+        mine |= (key[e] != kNegInfKey && key[e] >= lo) ? (1u << e) : 0u;
+      uint32_t added = 0;
+      uint32_t pos = count + cta_exclusive_scan(__popc(mine), sh.scan, &added);
+#pragma unroll
+      for (int e = 0; e < kRowPer; ++e) {
+        if (mine & (1u << e)) {
+          sh.list_key[pos] = key[e];
+          sh.list_idx[pos] = idx[e];
+          ++pos;
+        }
+      }
+      count += added;
+    });
+    __syncthreads();
+    const ListSource lsrc{sh.list_key, sh.list_idx, static_cast<int32_t>(count)};
+    refine(lsrc, sh, b1, need1, &threshold, &need_eq);
+    emit(lsrc, sh, false, threshold, need_eq, visible, k_eff, out);
+  } else {
+    refine(rsrc, sh, b1, need1, &threshold, &need_eq);
+    emit(rsrc, sh, false, threshold, need_eq, visible, k_eff, out);
+  }
+}
+
+// grid = rows (one CTA per row).
+__global__ void __launch_bounds__(kThreads) topk_kernel(IndexerTopkParams p) {
+  __shared__ TopkShared sh;
+  const int64_t r = blockIdx.x;
+  const int32_t n = static_cast<int32_t>(p.n);
+  const int32_t visible = p.row_visible != nullptr ? __ldg(p.row_visible + r) : n;
+  topk_row(sh, p.scores + r * p.score_stride, n, visible, p.k, p.out + r * p.out_stride);
+}
+
+// Block scores: bs[r, b] = max of the row's scores in block b (reference std::max order: a NaN
+// never enters), the block holding position visible - 1 pinned to +inf. grid = (ceil(nb / 256),
+// rows).
+__global__ void block_max_kernel(IndexerCandidateParams p, float* bscore, int64_t bstride) {
+  const int64_t r = blockIdx.y;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nb = (p.n + p.block_size - 1) / p.block_size;
+  if (b >= nb) return;
+  const float* row = p.scores + r * p.score_stride;
+  float m = -__int_as_float(0x7F800000);
+  const int64_t end = min(p.n, (b + 1) * p.block_size);
+  for (int64_t t = b * p.block_size; t < end; ++t) {
+    const float x = __ldg(row + t);
+    m = m < x ? x : m;
+  }
+  const int32_t visible = __ldg(p.row_visible + r);
+  if (visible >= 1 && (visible - 1) / p.block_size == b) m = __int_as_float(0x7F800000);
+  bscore[r * bstride + b] = m;
+}
+
+// mask[r, t] = block t / block_size is among the row's selected blocks (sorted ascending, -1
+// padded). grid = (ceil(n_blocks / kThreads), rows): a thread finds its block in the list staged
+// in shared memory (binary search) and writes the block's block_size mask bytes.
+__global__ void __launch_bounds__(kThreads)
+    pool_mask_kernel(IndexerCandidateParams p, const int32_t* ids, int64_t ids_stride,
+                     int32_t n_ids) {
+  __shared__ int32_t sel[kIndexTopkMax];
+  const int64_t r = blockIdx.y;
+  for (int i = static_cast<int>(threadIdx.x); i < n_ids; i += kThreads)
+    sel[i] = __ldg(ids + r * ids_stride + i);
+  __syncthreads();
+  const int64_t nb = (p.n + p.block_size - 1) / p.block_size;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (b >= nb) return;
+  // First entry >= b; the -1 padding sorts last by treating it as +infinity.
+  int32_t lo = 0, hi = n_ids;
+  while (lo < hi) {
+    const int32_t mid = (lo + hi) / 2;
+    const int32_t v = sel[mid];
+    if (v >= 0 && v < b) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  const uint8_t keep = (lo < n_ids && sel[lo] == b) ? 1 : 0;
+  uint8_t* mask = p.mask + r * p.mask_stride;
+  const int64_t end = min(p.n, (b + 1) * p.block_size);
+  for (int64_t t = b * p.block_size; t < end; ++t)
+    mask[t] = keep;
+}
+
+// grid = (ceil(n / 256), rows).
+__global__ void apply_mask_kernel(IndexerMaskParams p) {
+  const int64_t r = blockIdx.y;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= p.n) return;
+  if (t >= p.mask_len || p.mask[r * p.mask_stride + t] == 0)
+    p.scores[r * p.score_stride + t] = -__int_as_float(0x7F800000);
+}
+
+bool aligned(const void* ptr, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+
+void check_topk(const IndexerTopkParams& p, const char* op) {
+  DI_CHECK(p.rows >= 0 && p.n >= 0 && p.n < (int64_t{1} << 31) - kThreads * kRowPer,
+           "{}: bad sizes (rows={}, n={})", op, p.rows, p.n);
+  DI_CHECK(p.k >= 1 && p.k <= kIndexTopkMax, "{}: k {} outside [1, {}]", op, p.k, kIndexTopkMax);
+  DI_CHECK(p.rows <= 0x7FFFFFFF, "{}: {} rows is too many", op, p.rows);
+  const int64_t k_eff = p.k < p.n ? p.k : p.n;
+  DI_CHECK(p.out_stride >= k_eff && p.score_stride >= p.n && p.score_stride % 4 == 0,
+           "{}: strides (score_stride={}, out_stride={}) for n={}, k={}", op, p.score_stride,
+           p.out_stride, p.n, p.k);
+  if (p.rows == 0 || p.n == 0) return;
+  DI_CHECK(p.scores != nullptr && p.out != nullptr, "{}: null pointer (rows={}, n={})", op, p.rows,
+           p.n);
+  DI_CHECK(aligned(p.scores, 16), "{}: scores must be 16-byte aligned", op);
+}
+
+}  // namespace
+
+void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream) {
+  check_topk(p, "indexer_topk");
+  if (p.rows == 0 || p.n == 0) return;
+  topk_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p);
+  DI_CUDA_CHECK(cudaGetLastError());
+}
+
+size_t indexer_candidates_workspace_bytes(int64_t rows, int64_t n, int block_size,
+                                          int topk_blocks) {
+  DI_CHECK(rows >= 0 && n >= 0 && block_size > 0 && topk_blocks >= 1,
+           "indexer_candidates: bad sizes (rows={}, n={}, block_size={}, topk_blocks={})", rows, n,
+           block_size, topk_blocks);
+  const int64_t nb = (n + block_size - 1) / block_size;
+  const int64_t n_ids = topk_blocks < nb ? topk_blocks : nb;
+  return static_cast<size_t>(rows * round_up(nb, 4) * 4 + rows * round_up(n_ids, 4) * 4);
+}
+
+void indexer_candidates(const IndexerCandidateParams& p, cudaStream_t stream) {
+  DI_CHECK(p.rows >= 0 && p.n >= 0 && p.block_size > 0 && p.topk_blocks >= 1 &&
+               p.topk_blocks <= kIndexTopkMax && p.score_stride >= p.n && p.mask_stride >= p.n,
+           "indexer_candidates: bad sizes (rows={}, n={}, block_size={}, topk_blocks={}, "
+           "score_stride={}, mask_stride={})",
+           p.rows, p.n, p.block_size, p.topk_blocks, p.score_stride, p.mask_stride);
+  if (p.rows == 0 || p.n == 0) return;
+  DI_CHECK(p.scores != nullptr && p.row_visible != nullptr && p.workspace != nullptr &&
+               p.mask != nullptr,
+           "indexer_candidates: null pointer (rows={}, n={})", p.rows, p.n);
+  DI_CHECK(aligned(p.workspace, 16), "indexer_candidates: workspace must be 16-byte aligned");
+  DI_CHECK(p.rows <= 65535, "indexer_candidates: {} rows is too many for one launch", p.rows);
+  const int64_t nb = (p.n + p.block_size - 1) / p.block_size;
+  const int64_t bstride = round_up(nb, 4);
+  const int32_t n_ids = static_cast<int32_t>(p.topk_blocks < nb ? p.topk_blocks : nb);
+  const int64_t ids_stride = round_up(n_ids, 4);
+  float* bscore = static_cast<float*>(p.workspace);
+  int32_t* ids = reinterpret_cast<int32_t*>(bscore + p.rows * bstride);
+
+  block_max_kernel<<<dim3(static_cast<unsigned>((nb + 255) / 256), static_cast<unsigned>(p.rows)),
+                     256, 0, stream>>>(p, bscore, bstride);
+  DI_CUDA_CHECK(cudaGetLastError());
+  IndexerTopkParams tp;
+  tp.scores = bscore;
+  tp.row_visible = nullptr;  // no block is dropped for visibility
+  tp.rows = p.rows;
+  tp.n = nb;
+  tp.score_stride = bstride;
+  tp.k = p.topk_blocks;
+  tp.out = ids;
+  tp.out_stride = ids_stride;
+  check_topk(tp, "indexer_candidates");
+  topk_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(tp);
+  DI_CUDA_CHECK(cudaGetLastError());
+  pool_mask_kernel<<<dim3(static_cast<unsigned>((nb + kThreads - 1) / kThreads),
+                          static_cast<unsigned>(p.rows)),
+                     kThreads, 0, stream>>>(p, ids, ids_stride, n_ids);
+  DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void indexer_apply_mask(const IndexerMaskParams& p, cudaStream_t stream) {
+  DI_CHECK(p.rows >= 0 && p.n >= 0 && p.score_stride >= p.n && p.mask_len >= 0 &&
+               p.mask_stride >= (p.mask_len < p.n ? p.mask_len : p.n),
+           "indexer_apply_mask: bad sizes (rows={}, n={}, score_stride={}, mask_len={}, "
+           "mask_stride={})",
+           p.rows, p.n, p.score_stride, p.mask_len, p.mask_stride);
+  if (p.rows == 0 || p.n == 0) return;
+  DI_CHECK(p.scores != nullptr && (p.mask != nullptr || p.mask_len == 0),
+           "indexer_apply_mask: null pointer (rows={}, n={})", p.rows, p.n);
+  DI_CHECK(p.rows <= 65535, "indexer_apply_mask: {} rows is too many for one launch", p.rows);
+  apply_mask_kernel<<<dim3(static_cast<unsigned>((p.n + 255) / 256), static_cast<unsigned>(p.rows)),
+                      256, 0, stream>>>(p);
+  DI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace di

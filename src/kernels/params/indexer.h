@@ -1,0 +1,85 @@
+#pragma once
+
+// Params of the lightning-indexer ops on the GPU (delta spec §5.2; CPU references in
+// kernels/cpu/indexer.h). Framework-free: raw pointers, sizes and the tensor contract of every
+// argument; no CUDA types, so model code fills these from .cc files.
+//
+//   score      scores[r, t] = sum_h w[r, h] * relu(q[r, h] . k_t), t < visible[r]; -inf up to
+//              n_cols. Bitwise equal to cpu::indexer_score<float> on the unpacked FP4 values.
+//   candidates layer-20 pool: block max over block_size positions, the newest visible block
+//              pinned, the best topk_blocks finite blocks -> uint8 mask (cpu::candidate_pool).
+//   mask       Reindex layers: scores = -inf outside the pool (cpu::apply_candidate_mask).
+//   top-k      the best k of a row (lower index wins ties), sorted by position, -1 padded
+//              (cpu::select_topk).
+
+#include <cstdint>
+
+#include "kernels/params/kv_cache.h"
+
+namespace di {
+
+inline constexpr int kIndexHeads = 32;                                 // index_n_heads
+inline constexpr int kIndexQueryBytes = kIndexHeads * kIndexKeyBytes;  // 2176 per query row
+inline constexpr int kIndexTopkMax = 2048;                             // largest k of one CTA
+
+// Scoring, decode (one row per sequence) and prefill (many rows per sequence) alike. Query row r
+// reads the index keys of page-table batch row row_seq[r]; its keys t < row_visible[r] must be
+// valid entries (positions past it are never read, so their page ids may be anything).
+struct IndexerScoreParams {
+  const uint8_t* q = nullptr;            // [rows, 32, 68] per head the index key format: 64 B
+                                         // packed e2m1 (even element low nibble), 4 UE8M0 bytes
+  const float* weights = nullptr;        // [rows, 32] weights_proj(x) * 128^-1/2 * 32^-1/2
+  PagedTable keys;                       // index keys, entry_bytes == kIndexKeyBytes
+  const int32_t* row_seq = nullptr;      // [rows] batch row of `keys` for each query row
+  const int32_t* row_visible = nullptr;  // [rows] visible keys: floor((pos + 1) / ratio)
+  int64_t rows = 0;
+  // Work split only (results are bitwise the same): true for prefill chunks, where runs of
+  // consecutive rows read the same sequence; 8 rows then share each key the CTA converts once.
+  // false (decode, one row per sequence): 8 warps split one row's keys.
+  bool rows_share_keys = false;
+  int64_t n_cols = 0;        // columns written per row (>= every visible, or scores stop there)
+  int64_t score_stride = 0;  // >= n_cols, floats between rows
+  float* scores = nullptr;   // [rows, score_stride] fp32 out; -inf for visible <= t < n_cols
+};
+
+// Top-k of every row: out[r, 0 .. min(k, n)) = cpu::select_topk(scores[r], n, visible[r], k).
+// Rows must not hold NaN.
+struct IndexerTopkParams {
+  const float* scores = nullptr;         // [rows, score_stride], 16-byte aligned rows
+  const int32_t* row_visible = nullptr;  // [rows] positions >= visible are dropped after
+                                         // selection; nullptr: every position is visible
+  int64_t rows = 0;
+  int64_t n = 0;             // columns of a row taking part, < 2^31
+  int64_t score_stride = 0;  // multiple of 4
+  int k = 512;               // 1 .. kIndexTopkMax
+  int32_t* out = nullptr;    // [rows, out_stride] int32 out: min(k, n) sorted positions, -1 pad
+  int64_t out_stride = 0;    // >= min(k, n)
+};
+
+// Candidate pool of every row (cpu::candidate_pool). Works through the block scores and the
+// selected block ids in caller-provided scratch (indexer_candidates_workspace_bytes).
+struct IndexerCandidateParams {
+  const float* scores = nullptr;         // [rows, score_stride] the builder layer's scores
+  const int32_t* row_visible = nullptr;  // [rows] visible positions (for the pinned block)
+  int64_t rows = 0;
+  int64_t n = 0;  // positions of a row (the mask length)
+  int64_t score_stride = 0;
+  int block_size = 8;         // candidate_block_size
+  int topk_blocks = 2048;     // candidate_topk_blocks, 1 .. kIndexTopkMax
+  void* workspace = nullptr;  // 16-byte aligned scratch
+  uint8_t* mask = nullptr;    // [rows, mask_stride] uint8 out: 1 = kept, for t < n
+  int64_t mask_stride = 0;    // >= n
+};
+
+// Reindex layers: scores[r, t] = -inf where t >= mask_len or mask[r, t] == 0, for t < n.
+struct IndexerMaskParams {
+  float* scores = nullptr;  // [rows, score_stride] in place
+  int64_t rows = 0;
+  int64_t n = 0;
+  int64_t score_stride = 0;
+  const uint8_t* mask = nullptr;  // [rows, mask_stride]
+  int64_t mask_stride = 0;
+  int64_t mask_len = 0;  // valid mask columns (the builder's n)
+};
+
+}  // namespace di
