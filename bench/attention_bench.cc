@@ -5,7 +5,7 @@
 // tensor FLOPs (QK and PV, 2 * 64 * entries * 512 each) against cuBLAS's bf16 GEMM rate at
 // 8192^3, both measured in the same run. Table on stdout. Never run as a test.
 //
-// `attention_bench [batch [fp32|bf16]]`
+// `attention_bench [batch [fp32|bf16]]`. Times: median per launch of a CUDA graph of 20 launches.
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_buffer.h"
+#include "bench_util.h"
 #include "common/error.h"
 #include "kernels/cpu/kv_pack.h"
 #include "kernels/cuda/attention/sparse_attention.cuh"
@@ -29,25 +30,6 @@
 namespace {
 
 using di::DeviceBuffer;
-
-// Median and best of `iters` timings of `reps` back-to-back launches, in microseconds per launch.
-template <typename Fn>
-std::pair<double, double> time_us(cudaStream_t stream, int iters, int reps, Fn&& launch) {
-  di::Event start(true), stop(true);
-  for (int i = 0; i < 3; ++i)
-    launch();
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    start.record(stream);
-    for (int r = 0; r < reps; ++r)
-      launch();
-    stop.record(stream);
-    stop.synchronize();
-    t.push_back(1e3 * di::Event::elapsed_ms(start, stop) / reps);
-  }
-  std::sort(t.begin(), t.end());
-  return {t[t.size() / 2], t.front()};
-}
 
 // Fills a device buffer with copies of a host pattern of whole entries (valid codes and scales).
 void fill_entries(DeviceBuffer& b, const std::vector<uint8_t>& pattern, cudaStream_t s) {
@@ -79,7 +61,7 @@ std::vector<uint8_t> entry_pattern(int entry_bytes, int entries, uint64_t seed) 
   return out;
 }
 
-double bf16_peak_tflops(cudaStream_t s) {
+double bf16_peak_tflops(cudaStream_t s) {  // best of 10 cuBLAS bf16 GEMMs 8192^3
   const int n = 8192;
   DeviceBuffer a(size_t{2} * n * n, "peak a"), b(a.size(), "peak b"), c(a.size(), "peak c");
   a.fill_async(0x3C, s);  // bf16 0x3C3C ~ 0.0115: finite, non-zero
@@ -94,8 +76,16 @@ double bf16_peak_tflops(cudaStream_t s) {
                      CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
       throw di::Error("cublasGemmEx failed");
   };
-  const auto [med, best] = time_us(s, 10, 1, run);
-  (void)med;
+  run();
+  di::Event start(true), stop(true);
+  double best = 1e30;
+  for (int i = 0; i < 10; ++i) {
+    start.record(s);
+    run();
+    stop.record(s);
+    stop.synchronize();
+    best = std::min(best, 1e3 * static_cast<double>(di::Event::elapsed_ms(start, stop)));
+  }
   cublasDestroy(h);
   return 2.0 * n * n * static_cast<double>(n) / (best * 1e-6) / 1e12;
 }
@@ -115,21 +105,11 @@ int main(int argc, char** argv) {
                 info.sm_count);
     di::Stream stream;
     const cudaStream_t s = stream.get();
-    double copy_gbs = 0;
-    {
-      const size_t bytes = 2ull << 30;
-      DeviceBuffer a(bytes, "copy src"), b(bytes, "copy dst");
-      a.fill_async(1, s);
-      const auto [med, best] = time_us(s, 10, 1, [&] {
-        DI_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s));
-      });
-      (void)med;
-      copy_gbs = 2.0 * bytes / (best * 1e-6) / 1e9;
-    }
+    const double copy_gbs = di::bench::copy_gbs(stream);
     const double peak = bf16_peak_tflops(s);
     std::printf(
-        "ceilings: D2D copy %.1f GB/s (read + write of 2 GiB, best of 10); cuBLAS bf16 "
-        "8192^3 %.1f TFLOP/s\n",
+        "ceilings: D2D copy %.1f GB/s (read + write of 2 GiB, median of 5); cuBLAS bf16 "
+        "8192^3 %.1f TFLOP/s (best of 10)\n",
         copy_gbs, peak);
 
     constexpr int kComp = 32768;  // 64K context, ratio 2
@@ -180,8 +160,8 @@ int main(int argc, char** argv) {
     DI_CUDA_CHECK(cudaStreamSynchronize(s));
 
     std::printf(
-        "\n| batch | precision | median us | best us | must-move MB | GB/s | %% of copy "
-        "| TFLOP/s | %% of bf16 peak |\n|---|---|---|---|---|---|---|---|---|\n");
+        "\n| batch | precision | us | must-move MB | GB/s | %% of copy "
+        "| TFLOP/s | %% of bf16 peak |\n|---|---|---|---|---|---|---|---|\n");
     for (int64_t b : {1, 8, 64, 256}) {
       if (batch_only != 0 && b != batch_only) continue;
       for (const char* prec : {"fp32", "bf16"}) {
@@ -208,7 +188,8 @@ int main(int argc, char** argv) {
         p.sink = d_sink.as<float>();
         p.scale = 1.0f / std::sqrt(512.0f);
         p.rope_freqs = d_freqs.as<float>();
-        const auto [med, best] = time_us(s, 15, 20, [&] { di::sparse_attention(p, s); });
+        const double med = di::bench::graph_time_us(
+            stream, 20, [&](int, cudaStream_t st) { di::sparse_attention(p, st); });
         const double esz = f32 ? 4.0 : 2.0;
         const double bytes =
             static_cast<double>(b) * (kWin * di::kSwaEntryBytes + kTopk * di::kCompEntryBytes +
@@ -216,9 +197,9 @@ int main(int argc, char** argv) {
         const double flops = static_cast<double>(b) * 2.0 * 2.0 * 64 * (kWin + kTopk) * 512;
         const double gbs = bytes / (med * 1e-6) / 1e9;
         const double tflops = flops / (med * 1e-6) / 1e12;
-        std::printf("| %lld | %s | %.2f | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f |\n",
-                    static_cast<long long>(b), prec, med, best, bytes / 1e6, gbs,
-                    100.0 * gbs / copy_gbs, tflops, 100.0 * tflops / peak);
+        std::printf("| %lld | %s | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f |\n",
+                    static_cast<long long>(b), prec, med, bytes / 1e6, gbs, 100.0 * gbs / copy_gbs,
+                    tflops, 100.0 * tflops / peak);
         std::fflush(stdout);
       }
     }

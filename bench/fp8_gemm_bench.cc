@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_buffer.h"
+#include "bench_util.h"
 #include "common/check.h"
 #include "kernels/cuda/fp8_gemm/fp8_gemm.h"
 
@@ -70,28 +71,7 @@ void fill_bf16(DeviceBuffer& b, uint64_t seed, cudaStream_t s) {
   b.copy_from_host_async(h.data(), h.size() * 2, s);
 }
 
-// Median over 5 replays of a graph holding `reps` calls of work(i), in microseconds per call.
-double time_us(Stream& stream, int reps, const std::function<void(int, cudaStream_t)>& work) {
-  for (int i = 0; i < 2; ++i)
-    work(i, stream.get());
-  CudaGraph graph;
-  graph.capture(stream.get(), [&](cudaStream_t s) {
-    for (int i = 0; i < reps; ++i)
-      work(i, s);
-  });
-  graph.replay(stream.get());
-  Event start(true), end(true);
-  std::vector<double> t;
-  for (int trial = 0; trial < 5; ++trial) {
-    start.record(stream.get());
-    graph.replay(stream.get());
-    end.record(stream.get());
-    end.synchronize();
-    t.push_back(1000.0 * Event::elapsed_ms(start, end) / reps);
-  }
-  std::sort(t.begin(), t.end());
-  return t[2];
-}
+using bench::graph_time_us;
 
 // cuBLASLt y^T[n, m] = W[n, k] * x[m, k]^T (TN, column-major views of the row-major tensors),
 // FP8 e4m3 with per-tensor scales or bf16, bf16 output, fp32 compute.
@@ -162,8 +142,8 @@ double lt_peak_tflops(cublasLtHandle_t h, Stream& stream, bool fp8, DeviceBuffer
   }
   LtGemm g(h, s, s, s, fp8, ws.data(), ws.size());
   if (fp8) g.set_scales(one, one);
-  const double us =
-      time_us(stream, 10, [&](int, cudaStream_t st) { g.run(a.data(), b.data(), d.data(), st); });
+  const double us = graph_time_us(
+      stream, 10, [&](int, cudaStream_t st) { g.run(a.data(), b.data(), d.data(), st); });
   return 2.0 * s * s * s / (us * 1e-6) / 1e12;
 }
 
@@ -265,7 +245,7 @@ int run_bench(const std::string& shape_filter, int64_t m_filter) {
         p.out = y.data();
         return p;
       };
-      const double ours = time_us(stream, reps, [&](int i, cudaStream_t s) {
+      const double ours = graph_time_us(stream, reps, [&](int i, cudaStream_t s) {
         Fp8GemmParams p = params_for(i);
         p.x = x.data();
         p.workspace = work.data();
@@ -280,8 +260,8 @@ int run_bench(const std::string& shape_filter, int64_t m_filter) {
                                  qx.as<uint8_t>(), qs.as<uint8_t>()};
       fp8_act_quant(aq, stream.get());
       const double quant =
-          time_us(stream, reps, [&](int, cudaStream_t s) { fp8_act_quant(aq, s); });
-      const double gemm = time_us(stream, reps, [&](int i, cudaStream_t s) {
+          graph_time_us(stream, reps, [&](int, cudaStream_t s) { fp8_act_quant(aq, s); });
+      const double gemm = graph_time_us(stream, reps, [&](int i, cudaStream_t s) {
         Fp8GemmParams p = params_for(i);
         p.xq = qx.as<uint8_t>();
         p.xq_scale = qs.as<uint8_t>();
@@ -289,7 +269,7 @@ int run_bench(const std::string& shape_filter, int64_t m_filter) {
       });
       LtGemm g(lt, m, sh.n, sh.k, true, lt_ws.data(), lt_ws.size());
       g.set_scales(one.as<float>(), one.as<float>());
-      const double cub = time_us(stream, reps, [&](int i, cudaStream_t s) {
+      const double cub = graph_time_us(stream, reps, [&](int i, cudaStream_t s) {
         g.run(w[static_cast<size_t>(i % copies)].data(), xq.data(), y.data(), s);
       });
       const double tflops = flops / (gemm * 1e-6) / 1e12;

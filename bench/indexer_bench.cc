@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_buffer.h"
+#include "bench_util.h"
 #include "common/check.h"
 #include "kernels/cuda/indexer/indexer.cuh"
 
@@ -29,47 +30,10 @@ namespace {
 
 constexpr size_t kReplicaBytes = size_t{256} << 20;  // inputs cycled per launch (> 4x L2)
 
-// Median per-launch microseconds of `reps` launches captured in one graph (5 replays).
-double time_us(Stream& stream, int reps, const std::function<void(int, cudaStream_t)>& work) {
-  for (int i = 0; i < 2; ++i)
-    work(i, stream.get());
-  CudaGraph graph;
-  graph.capture(stream.get(), [&](cudaStream_t s) {
-    for (int i = 0; i < reps; ++i)
-      work(i, s);
-  });
-  graph.replay(stream.get());
-  Event start(true), end(true);
-  std::vector<double> t;
-  for (int trial = 0; trial < 5; ++trial) {
-    start.record(stream.get());
-    graph.replay(stream.get());
-    end.record(stream.get());
-    end.synchronize();
-    t.push_back(1000.0 * Event::elapsed_ms(start, end) / reps);
-  }
-  std::sort(t.begin(), t.end());
-  return t[2];
-}
+using bench::copy_gbs;
 
-// Read+write bytes per second of a 2 GiB device-to-device copy (on the stream, not in a graph:
-// a graph's memcpy node may run on a copy engine).
-double copy_gbs(Stream& stream) {
-  const size_t bytes = size_t{2} << 30;
-  DeviceBuffer a(bytes, "copy src"), b(bytes, "copy dst");
-  a.fill_async(0x5A, stream.get());
-  std::vector<double> t;
-  Event start(true), end(true);
-  for (int trial = 0; trial < 7; ++trial) {
-    start.record(stream.get());
-    DI_CUDA_CHECK(
-        cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
-    end.record(stream.get());
-    end.synchronize();
-    if (trial >= 2) t.push_back(1000.0 * Event::elapsed_ms(start, end));
-  }
-  std::sort(t.begin(), t.end());
-  return 2.0 * static_cast<double>(bytes) / (t[t.size() / 2] * 1e-6) / 1e9;
+double time_us(Stream& stream, int reps, const std::function<void(int, cudaStream_t)>& work) {
+  return bench::graph_time_us(stream, reps, work);
 }
 
 // A paged key pool of `seqs` sequences x `len` keys (64 entries per page, shuffled page ids),

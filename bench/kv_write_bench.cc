@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_buffer.h"
+#include "bench_util.h"
 #include "common/bf16.h"
 #include "kernels/cuda/kv_write/kv_write.cuh"
 
@@ -32,45 +33,12 @@ namespace {
 
 constexpr int kWindow = 128;
 
-// Median per-launch microseconds of `reps` launches captured in one graph (5 replays).
 double time_us(Stream& stream, int reps, const std::function<void(cudaStream_t)>& work) {
-  work(stream.get());
-  CudaGraph graph;
-  graph.capture(stream.get(), [&](cudaStream_t s) {
-    for (int i = 0; i < reps; ++i)
-      work(s);
-  });
-  graph.replay(stream.get());
-  Event start(true), end(true);
-  std::vector<double> t;
-  for (int trial = 0; trial < 5; ++trial) {
-    start.record(stream.get());
-    graph.replay(stream.get());
-    end.record(stream.get());
-    end.synchronize();
-    t.push_back(1000.0 * Event::elapsed_ms(start, end) / reps);
-  }
-  std::sort(t.begin(), t.end());
-  return t[2];
+  return bench::graph_time_us(stream, reps, [&](int, cudaStream_t s) { work(s); });
 }
 
-// Read+write bytes per second of a 1 GiB device-to-device copy.
 double copy_gbs(Stream& stream) {
-  const size_t bytes = size_t{1} << 30;
-  DeviceBuffer a(bytes, "copy src"), b(bytes, "copy dst");
-  a.fill_async(0x5A, stream.get());
-  std::vector<double> t;
-  Event start(true), end(true);
-  for (int trial = 0; trial < 7; ++trial) {
-    start.record(stream.get());
-    DI_CUDA_CHECK(
-        cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
-    end.record(stream.get());
-    end.synchronize();
-    if (trial >= 2) t.push_back(1000.0 * Event::elapsed_ms(start, end));
-  }
-  std::sort(t.begin(), t.end());
-  return 2.0 * static_cast<double>(bytes) / (t[t.size() / 2] * 1e-6) / 1e9;
+  return bench::copy_gbs(stream, size_t{1} << 30);
 }
 
 template <typename T>

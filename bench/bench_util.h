@@ -1,0 +1,64 @@
+#pragma once
+
+// Timing helpers shared by the CUDA benchmarks (header-only; benchmarks only, never tests):
+// per-launch time of a CUDA graph of repeated launches, and the device-to-device copy bandwidth
+// that the memory-bound kernels are compared with.
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_graph.h"
+#include "backend/cuda/device_buffer.h"
+
+namespace di::bench {
+
+// Median per-launch microseconds of `reps` calls of work(i, stream) captured in one graph
+// (two eager warm-up calls, then 5 timed replays; no launch gaps inside the graph).
+inline double graph_time_us(Stream& stream, int reps,
+                            const std::function<void(int, cudaStream_t)>& work) {
+  for (int i = 0; i < 2; ++i)
+    work(i, stream.get());
+  CudaGraph graph;
+  graph.capture(stream.get(), [&](cudaStream_t s) {
+    for (int i = 0; i < reps; ++i)
+      work(i, s);
+  });
+  graph.replay(stream.get());
+  Event start(true), end(true);
+  std::vector<double> t;
+  for (int trial = 0; trial < 5; ++trial) {
+    start.record(stream.get());
+    graph.replay(stream.get());
+    end.record(stream.get());
+    end.synchronize();
+    t.push_back(1000.0 * Event::elapsed_ms(start, end) / reps);
+  }
+  std::sort(t.begin(), t.end());
+  return t[2];
+}
+
+// Read + write bytes per second (GB/s) of a device-to-device copy of `bytes` (median of 5 after
+// 2 warm-ups; timed on the stream, not in a graph: a graph's memcpy node may use a copy engine).
+inline double copy_gbs(Stream& stream, size_t bytes = size_t{2} << 30) {
+  DeviceBuffer a(bytes, "copy src"), b(bytes, "copy dst");
+  a.fill_async(0x5A, stream.get());
+  std::vector<double> t;
+  Event start(true), end(true);
+  for (int trial = 0; trial < 7; ++trial) {
+    start.record(stream.get());
+    DI_CUDA_CHECK(
+        cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
+    end.record(stream.get());
+    end.synchronize();
+    if (trial >= 2) t.push_back(1000.0 * Event::elapsed_ms(start, end));
+  }
+  std::sort(t.begin(), t.end());
+  return 2.0 * static_cast<double>(bytes) / (t[t.size() / 2] * 1e-6) / 1e9;
+}
+
+}  // namespace di::bench
