@@ -302,8 +302,10 @@ Case decode_case(ActPrecision prec, uint64_t seed) {
   c.seed = seed;
   // Decode rows: short (partial window, few compressed), long (full window, > 512 compressed),
   // one whose last 3 window positions come from chunk_kv, one with no compressed entries yet.
-  c.seqs = {{5, 0, 2}, {4000, 0, 2000}, {777, 3, 388}, {60, 0, 0}, {20000, 1, 10000}};
-  c.row_seq = {0, 1, 2, 3, 4};
+  // And one at the end of a 64K context (32K compressed entries of a ratio-2 owner).
+  c.seqs = {{5, 0, 2},  {4000, 0, 2000},   {777, 3, 388},
+            {60, 0, 0}, {20000, 1, 10000}, {65535, 0, 32768}};
+  c.row_seq = {0, 1, 2, 3, 4, 5};
   return c;
 }
 
@@ -339,8 +341,8 @@ TEST(SparseAttentionGpu, WindowOnlyLayer) {
 
 TEST(SparseAttentionGpu, RowIsBatchInvariant) {
   DI_REQUIRE_GPU();
-  // Each row of the decode batch alone: bitwise the same output as inside the batch of five.
-  for (int r = 0; r < 5; ++r) {
+  // Each row of the decode batch alone: bitwise the same output as inside the batch of six.
+  for (int r = 0; r < 6; ++r) {
     Case c = decode_case(ActPrecision::kF32, 41);
     c.single_row = r;
     const Result res = run_case(c);

@@ -1,0 +1,271 @@
+// MoE routing on the GPU (kernels/params/moe.h): router top-k, pair permutation, combine.
+//
+// moe_route: one warp per row; the row's scores live in shared memory and the top-k is k rounds
+//   of a warp argmax on (selection score descending, expert id ascending). The score arithmetic
+//   mirrors cpu::route_token<float> step by step: fp32 division by gate_temp, exp and log1p each
+//   rounded to fp32 once (evaluated in double), fp32 sqrt and bias add, the weight sum in
+//   selection order, the division by (sum + 1e-20f), the product with route_scale.
+// moe_permute: a stable radix sort of the pair indices by expert id (CUB; the order of pairs of
+//   one expert is their index order, row-major), expert offsets from the sorted keys, and the
+//   inverse permutation.
+// moe_combine: one CTA per row, fp32 sums in ascending expert id then the shared expert.
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/check.h"
+#include "kernels/cuda/moe/moe_route.cuh"
+
+namespace di {
+namespace {
+
+constexpr int kRouteWarps = 4;
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxTopk = 16;
+
+__device__ __forceinline__ float route_score(float logit, float gate_temp) {
+  const float x = logit / gate_temp;  // IEEE division, as on the CPU
+  if (x > 20.0f) return sqrtf(x);     // torch softplus threshold
+  const float e = static_cast<float>(exp(static_cast<double>(x)));
+  const float sp = static_cast<float>(log1p(static_cast<double>(e)));
+  return sqrtf(sp);
+}
+
+__global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRouteParams p) {
+  __shared__ float s_score[kRouteWarps][kMaxExperts];
+  __shared__ float s_sel[kRouteWarps][kMaxExperts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (row >= p.rows) return;
+  const bool image = p.image_mask != nullptr && p.image_mask[row] != 0;
+  const float* bias = image && p.bias_vl != nullptr ? p.bias_vl : p.bias;
+  const float* logits = p.logits + row * p.experts;
+  for (int e = lane; e < p.experts; e += 32) {
+    const float s = route_score(logits[e], p.gate_temp);
+    s_score[warp][e] = s;
+    s_sel[warp][e] = s + bias[e];
+  }
+  __syncwarp();
+  int ids[kMaxTopk];
+  float w[kMaxTopk];
+  float sum = 0.0f;
+#pragma unroll 1
+  for (int j = 0; j < p.topk; ++j) {
+    float best = -INFINITY;
+    int best_e = kMaxExperts;
+    for (int e = lane; e < p.experts; e += 32) {
+      const float v = s_sel[warp][e];
+      if (v > best) {  // ascending e per lane: the first maximum is the lowest id
+        best = v;
+        best_e = e;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      const float ov = __shfl_xor_sync(0xFFFFFFFFu, best, off);
+      const int oe = __shfl_xor_sync(0xFFFFFFFFu, best_e, off);
+      if (ov > best || (ov == best && oe < best_e)) {
+        best = ov;
+        best_e = oe;
+      }
+    }
+    ids[j] = best_e;
+    w[j] = s_score[warp][best_e];
+    sum += w[j];
+    __syncwarp();
+    if (lane == 0) s_sel[warp][best_e] = NAN;  // taken: never compares greater
+    __syncwarp();
+  }
+  if (lane == 0) {
+    const float scale = p.route_scale;
+#pragma unroll 1
+    for (int j = 0; j < p.topk; ++j) {
+      float v = w[j];
+      if (p.norm_topk_prob && p.topk > 1) v = v / (sum + 1e-20f);
+      p.ids[row * p.topk + j] = ids[j];
+      p.weights[row * p.topk + j] = v * scale;
+    }
+  }
+}
+
+__global__ void iota_kernel(int32_t* v, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) v[i] = static_cast<int32_t>(i);
+}
+
+// Expert offsets from the sorted keys (each expert boundary written by exactly one thread) and
+// the inverse permutation.
+__global__ void offsets_kernel(const int32_t* keys, const int32_t* pair_index, int64_t n,
+                               int32_t experts, int32_t* offsets, int32_t* pair_pos) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i > n) return;
+  const int32_t lo = i == 0 ? -1 : keys[i - 1];
+  const int32_t hi = i == n ? experts : keys[i];
+  for (int32_t e = lo + 1; e <= hi; ++e)
+    offsets[e] = static_cast<int32_t>(i);
+  if (i < n) pair_pos[pair_index[i]] = static_cast<int32_t>(i);
+}
+
+template <typename T>
+__device__ __forceinline__ float4 ld4(const T* p);
+template <>
+__device__ __forceinline__ float4 ld4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+template <>
+__device__ __forceinline__ float4 ld4(const uint16_t* p) {
+  const uint2 w = *reinterpret_cast<const uint2*>(p);
+  return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xFFFF0000u),
+                     __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xFFFF0000u));
+}
+__device__ __forceinline__ void st4(float* p, float4 v) {
+  *reinterpret_cast<float4*>(p) = v;
+}
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+__device__ __forceinline__ void st4(uint16_t* p, float4 v) {
+  *reinterpret_cast<uint2*>(p) = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) moe_combine_kernel(const MoeCombineParams p) {
+  __shared__ int32_t s_pos[kMaxTopk];
+  const int64_t row = blockIdx.x;
+  if (threadIdx.x == 0) {
+    // The row's pairs in ascending expert id (insertion sort of <= 16).
+    int32_t e[kMaxTopk], q[kMaxTopk];
+    for (int j = 0; j < p.topk; ++j) {
+      int32_t ej = p.ids[row * p.topk + j], qj = p.pair_pos[row * p.topk + j];
+      int i = j;
+      for (; i > 0 && e[i - 1] > ej; --i) {
+        e[i] = e[i - 1];
+        q[i] = q[i - 1];
+      }
+      e[i] = ej;
+      q[i] = qj;
+    }
+    for (int j = 0; j < p.topk; ++j)
+      s_pos[j] = q[j];
+  }
+  __syncthreads();
+  const T* out = static_cast<const T*>(p.expert_out);
+  const T* shared = static_cast<const T*>(p.shared);
+  T* y = static_cast<T*>(p.y) + row * p.dim;
+  for (int64_t d = 4 * threadIdx.x; d < p.dim; d += 4 * blockDim.x) {
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int j = 0; j < p.topk; ++j) {
+      const float4 v = ld4(out + static_cast<int64_t>(s_pos[j]) * p.dim + d);
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    if (shared != nullptr) {
+      const float4 v = ld4(shared + row * p.dim + d);
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    st4(y + d, acc);
+  }
+}
+
+int key_bits(int32_t experts) {
+  int bits = 1;
+  while ((1 << bits) < experts)
+    ++bits;
+  return bits;
+}
+
+size_t align256(size_t b) {
+  return (b + 255) / 256 * 256;
+}
+
+size_t cub_temp_bytes(int64_t n, int32_t experts) {
+  size_t bytes = 0;
+  DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, bytes, static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
+      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), n, 0,
+      key_bits(experts)));
+  return bytes;
+}
+
+}  // namespace
+
+void moe_route(const MoeRouteParams& p, cudaStream_t stream) {
+  DI_CHECK(p.rows >= 0 && p.rows <= INT32_MAX, "moe_route: rows {} out of range", p.rows);
+  DI_CHECK(p.experts > 0 && p.experts <= kMaxExperts && p.topk >= 1 && p.topk <= kMaxTopk &&
+               p.topk <= p.experts,
+           "moe_route: top-{} of {} experts (at most {} of {})", p.topk, p.experts, kMaxTopk,
+           kMaxExperts);
+  DI_CHECK(p.gate_temp > 0.0f, "moe_route: gate_temp must be positive, got {}", p.gate_temp);
+  if (p.rows == 0) return;
+  DI_CHECK(p.logits != nullptr && p.bias != nullptr && p.ids != nullptr && p.weights != nullptr,
+           "moe_route: null logits/bias/ids/weights");
+  const auto blocks = static_cast<unsigned>((p.rows + kRouteWarps - 1) / kRouteWarps);
+  moe_route_kernel<<<blocks, 32 * kRouteWarps, 0, stream>>>(p);
+  DI_CUDA_CHECK(cudaGetLastError());
+}
+
+size_t moe_permute_workspace_bytes(int64_t rows, int32_t topk, int32_t experts) {
+  const int64_t n = rows * topk;
+  return 2 * align256(static_cast<size_t>(n) * 4) + align256(cub_temp_bytes(n, experts));
+}
+
+void moe_permute(const MoePermuteParams& p, cudaStream_t stream) {
+  DI_CHECK(p.rows >= 0 && p.topk >= 1 && p.topk <= kMaxTopk && p.experts > 0 &&
+               p.experts <= kMaxExperts && p.rows * p.topk <= INT32_MAX,
+           "moe_permute: bad shape rows {} topk {} experts {}", p.rows, p.topk, p.experts);
+  DI_CHECK(p.offsets != nullptr, "moe_permute: null offsets");
+  const int64_t n = p.rows * p.topk;
+  if (n > 0) {
+    DI_CHECK(p.ids != nullptr && p.pair_index != nullptr && p.pair_pos != nullptr &&
+                 p.workspace != nullptr,
+             "moe_permute: null ids/pair_index/pair_pos/workspace");
+    const size_t need = moe_permute_workspace_bytes(p.rows, p.topk, p.experts);
+    DI_CHECK(p.workspace_bytes >= need, "moe_permute: workspace of {} bytes, {} needed",
+             p.workspace_bytes, need);
+    DI_CHECK(reinterpret_cast<uintptr_t>(p.workspace) % 256 == 0,
+             "moe_permute: workspace needs 256-byte alignment");
+  }
+  auto* base = static_cast<uint8_t*>(p.workspace);
+  auto* keys_out = reinterpret_cast<int32_t*>(base);
+  auto* vals_in = reinterpret_cast<int32_t*>(base + align256(static_cast<size_t>(n) * 4));
+  void* temp = base + 2 * align256(static_cast<size_t>(n) * 4);
+  if (n > 0) {
+    iota_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(vals_in, n);
+    DI_CUDA_CHECK(cudaGetLastError());
+    size_t temp_bytes = cub_temp_bytes(n, p.experts);
+    DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, p.ids, keys_out, vals_in,
+                                                  p.pair_index, n, 0, key_bits(p.experts), stream));
+  }
+  offsets_kernel<<<static_cast<unsigned>((n + 1 + 255) / 256), 256, 0, stream>>>(
+      keys_out, p.pair_index, n, p.experts, p.offsets, p.pair_pos);
+  DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
+  DI_CHECK(p.rows >= 0 && p.rows <= INT32_MAX && p.topk >= 1 && p.topk <= kMaxTopk && p.dim > 0 &&
+               p.dim % 4 == 0,
+           "moe_combine: bad shape rows {} topk {} dim {} (dim % 4 == 0)", p.rows, p.topk, p.dim);
+  if (p.rows == 0) return;
+  DI_CHECK(p.expert_out != nullptr && p.ids != nullptr && p.pair_pos != nullptr && p.y != nullptr,
+           "moe_combine: null expert_out/ids/pair_pos/y");
+  const auto grid = static_cast<unsigned>(p.rows);
+  if (p.precision == ActPrecision::kF32) {
+    moe_combine_kernel<float><<<grid, 256, 0, stream>>>(p);
+  } else {
+    moe_combine_kernel<uint16_t><<<grid, 256, 0, stream>>>(p);
+  }
+  DI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace di

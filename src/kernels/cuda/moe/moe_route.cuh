@@ -1,0 +1,27 @@
+#pragma once
+
+// CUDA launchers of the MoE routing ops (kernels/params/moe.h). Host-only declarations; the
+// launchers validate (di::Error naming the op and sizes), never allocate or synchronize.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/params/moe.h"
+
+namespace di {
+
+// Router top-k and routing weights from the gate logits.
+void moe_route(const MoeRouteParams& params, cudaStream_t stream);
+
+// Workspace of moe_permute for rows x topk pairs over `experts` (host query, no device work).
+size_t moe_permute_workspace_bytes(int64_t rows, int32_t topk, int32_t experts);
+
+// Expert-contiguous order of the (row, slot) pairs, expert offsets and the inverse permutation.
+void moe_permute(const MoePermuteParams& params, cudaStream_t stream);
+
+// y = expert outputs summed per row in ascending expert id, plus the shared expert.
+void moe_combine(const MoeCombineParams& params, cudaStream_t stream);
+
+}  // namespace di
