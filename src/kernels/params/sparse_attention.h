@@ -46,11 +46,15 @@ struct SparseAttnParams {
                                       // when every window position comes from the ring)
 
   // Compressed entries (layers with ratio > 0): table of the kv source (entry_bytes 288) and the
-  // row's top-k indices [rows, topk_width] (-1 = masked). topk_width 0 = window only.
+  // row's top-k indices [rows, topk_width] (-1 = masked). topk_width 0 = window only; at most
+  // 7 * 128 = 896 (a cluster of 8 CTAs per row). All topk_width slots of a row are read: the
+  // caller fills the slots past the indexer's output with -1 (indexer_topk writes only min(k, n)
+  // of them).
   PagedTable comp;
   const int32_t* topk = nullptr;
   int32_t topk_width = 0;
-  int64_t comp_entries = 0;  // entries the comp table holds per sequence at most (index check)
+  int64_t comp_entries = 0;  // > 0: indices >= comp_entries are masked; the table's pages must
+                             // hold that many entries per row (checked)
 
   const float* sink = nullptr;        // [64] fp32
   float scale = 0.0f;                 // softmax scale (512^-1/2)

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "../dense_ops/dense_ops_test_util.h"
@@ -321,8 +322,10 @@ TEST(SparseAttentionGpu, DecodeBf16MatchesCpu) {
 
 TEST(SparseAttentionGpu, PrefillChunkMatchesCpu) {
   DI_REQUIRE_GPU();
-  // A prefill chunk of 200 rows of one sequence at positions 1000..1199: rows see ring slots
-  // (positions < 1000) and the chunk's own entries; every row has its own top-k.
+  // The rows of a prefill chunk at positions 1000..1199, each as its own sequence (its own ring
+  // and chunk_kv slice; run_case gives the rows of one sequence one position): row i sees ring
+  // slots for positions < 1000 and i + 1 chunk entries, and its own top-k. Rows of one chunk
+  // sharing one page-table row and one chunk_kv slice are not covered yet.
   Case c;
   c.seed = 21;
   for (int64_t i = 0; i < 200; ++i) {
@@ -353,11 +356,62 @@ TEST(SparseAttentionGpu, RowIsBatchInvariant) {
   }
 }
 
+// The message of the di::Error a call throws ("" when it throws none).
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Launcher checks (no device needed: they run before any CUDA call).
 TEST(SparseAttentionGpu, BadParamsAreRejected) {
   SparseAttnParams p;
-  EXPECT_THROW(sparse_attention(p, nullptr), Error);  // rows 0
+  EXPECT_NE(error_of([&] { sparse_attention(p, nullptr); }).find("rows 0"), std::string::npos);
   p.rows = 1;
-  EXPECT_THROW(sparse_attention(p, nullptr), Error);  // null pointers
+  EXPECT_NE(error_of([&] { sparse_attention(p, nullptr); }).find("null q/out"), std::string::npos);
+  // Fake, aligned device addresses: every case below must fail before a launch.
+  alignas(16) static const int32_t pages[4] = {0, 1, 2, 3};
+  auto* fake = reinterpret_cast<uint8_t*>(uintptr_t{1} << 20);
+  p.q = fake;
+  p.out = fake;
+  p.seq = pages;
+  p.pos = reinterpret_cast<const int64_t*>(fake);
+  p.chunk_start = p.pos;
+  p.chunk_row0 = p.pos;
+  p.sink = reinterpret_cast<const float*>(fake);
+  p.rope_freqs = p.sink;
+  p.scale = 0.044f;
+  p.swa = {fake, 4224, pages, 4, 8, kSwaEntryBytes};  // 32 entries per row
+  p.ring_block = 0;
+  p.window = 128;
+  EXPECT_NE(error_of([&] { sparse_attention(p, nullptr); }).find("128 entries addressed"),
+            std::string::npos);  // one ring of 128 needs 128 entries, the row holds 32
+  p.swa = {fake, 16 * 4224, pages, 4, 128, kSwaEntryBytes};
+  p.ring_block = 3;  // rings 0..3 need 512 entries; 4 pages x 128 hold them
+  p.topk_width = 512;
+  p.topk = pages;
+  p.comp = {fake, 4608, pages, 4, 16, kCompEntryBytes};
+  EXPECT_NE(error_of([&] { sparse_attention(p, nullptr); }).find("comp_entries must be positive"),
+            std::string::npos);
+  p.comp_entries = 100;  // 4 pages x 16 entries hold 64
+  EXPECT_NE(error_of([&] { sparse_attention(p, nullptr); }).find("100 entries addressed"),
+            std::string::npos);
+  p.comp_entries = 64;
+  p.comp.page_bytes = 4616;  // holds 16 entries, but not a multiple of 16
+  EXPECT_NE(error_of([&] { sparse_attention(p, nullptr); }).find("16-byte aligned"),
+            std::string::npos);
+  p.comp.page_bytes = 4608;
+  p.q = fake + 4;
+  EXPECT_NE(error_of([&] { sparse_attention(p, nullptr); }).find("q, out and chunk_kv"),
+            std::string::npos);
+  p.q = fake;
+  p.topk_width = 1024;  // more than a cluster of 8 CTAs covers
+  EXPECT_NE(error_of([&] { sparse_attention(p, nullptr); }).find("topk_width 1024"),
+            std::string::npos);
 }
 
 }  // namespace

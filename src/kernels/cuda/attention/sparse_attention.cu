@@ -283,13 +283,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t seq = p.seq[row];
   const int64_t pos = p.pos[row];
 
-  // Entry addresses of this chunk (nullptr = masked) and which tiles hold any entry.
-
   __syncthreads();
   if (tid == kThreads - 1) {
     fp8_sm90::mbar_init(&s_full[0], kThreads / 32);  // one arrival per warp
     fp8_sm90::mbar_init(&s_full[1], kThreads / 32);
   }
+  // Entry addresses of this chunk (nullptr = masked) and which tiles hold any entry.
   if (tid < kChunk) {
     const uint8_t* e = nullptr;
     if (chunk == 0) {
@@ -741,16 +740,37 @@ void sparse_attention(const SparseAttnParams& p, cudaStream_t stream) {
            p.window, kChunk);
   DI_CHECK(p.topk_width >= 0 && p.topk_width <= 7 * kChunk,
            "sparse_attention: topk_width {} must be in [0, {}]", p.topk_width, 7 * kChunk);
-  DI_CHECK(
-      p.topk_width == 0 ||
-          (p.topk != nullptr && p.comp.pool != nullptr && p.comp.pages != nullptr &&
-           p.comp.entry_bytes == kCompEntryBytes && p.comp.entries_per_page > 0),
-      "sparse_attention: top-k of width {} needs the compressed table (entry_bytes {}, got {})",
-      p.topk_width, kCompEntryBytes, p.comp.entry_bytes);
-  DI_CHECK(p.swa.pool != nullptr && p.swa.pages != nullptr && p.swa.entry_bytes == kSwaEntryBytes &&
-               p.swa.entries_per_page > 0,
-           "sparse_attention: the SWA table needs entry_bytes {} (got {})", kSwaEntryBytes,
-           p.swa.entry_bytes);
+  // A table's pages must hold every entry the kernel may address (the ring of ring_block; the
+  // top-k indices below comp_entries), and entries are read with 16-byte loads.
+  auto check_table = [](const char* what, const PagedTable& t, int32_t entry_bytes,
+                        int64_t entries_needed) {
+    DI_CHECK(t.pool != nullptr && t.pages != nullptr && t.entry_bytes == entry_bytes &&
+                 t.entries_per_page > 0 && t.pages_stride > 0 &&
+                 t.page_bytes >= static_cast<int64_t>(t.entries_per_page) * t.entry_bytes,
+             "sparse_attention: {} table: entry_bytes {} (need {}), {} entries per {}-byte page, "
+             "{} pages per row",
+             what, t.entry_bytes, entry_bytes, t.entries_per_page, t.page_bytes, t.pages_stride);
+    DI_CHECK(t.page_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(t.pool) % 16 == 0,
+             "sparse_attention: {} table: pool and page_bytes ({}) must be 16-byte aligned", what,
+             t.page_bytes);
+    DI_CHECK(entries_needed <= static_cast<int64_t>(t.pages_stride) * t.entries_per_page,
+             "sparse_attention: {} table: {} entries addressed, a row's {} pages hold {}", what,
+             entries_needed, t.pages_stride,
+             static_cast<int64_t>(t.pages_stride) * t.entries_per_page);
+  };
+  DI_CHECK(p.ring_block >= 0, "sparse_attention: ring_block {} must be >= 0", p.ring_block);
+  check_table("SWA", p.swa, kSwaEntryBytes, static_cast<int64_t>(p.ring_block + 1) * p.window);
+  if (p.topk_width > 0) {
+    DI_CHECK(p.topk != nullptr, "sparse_attention: top-k of width {} needs indices", p.topk_width);
+    DI_CHECK(p.comp_entries > 0,
+             "sparse_attention: comp_entries must be positive with a top-k of width {} (indices "
+             ">= comp_entries are masked)",
+             p.topk_width);
+    check_table("compressed", p.comp, kCompEntryBytes, p.comp_entries);
+  }
+  const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  DI_CHECK(aligned16(p.q) && aligned16(p.out) && (p.chunk_kv == nullptr || aligned16(p.chunk_kv)),
+           "sparse_attention: q, out and chunk_kv must be 16-byte aligned");
   DI_CHECK(p.rope_dim == 64, "sparse_attention: rope_dim {} (only 64 is built)", p.rope_dim);
   DI_CHECK(p.scale > 0.0f, "sparse_attention: scale must be positive, got {}", p.scale);
   if (p.precision == ActPrecision::kF32) {

@@ -50,7 +50,8 @@ constexpr int kPrefillRows = kWarps;                   // query rows per CTA (pr
 constexpr int kPrefillStepKeys = 64;                   // keys staged per CTA step (prefill)
 constexpr int kDecodeStepKeys = 128;                   // keys staged per CTA step (decode)
 // 1.5 * 2^23 as int32 bits: the mma accumulator starts at these bits, so it ends as the fp32
-// bits of 1.5 * 2^23 + S (exact for |S| < 2^22; here |S| <= 4608), and the int -> float
+// bits of 1.5 * 2^23 + S (exact for |S| < 2^22; here |S| <= 1,179,648: four pre-shifted blocks
+// of 32 products of at most 96 * 96), and the int -> float
 // conversion is one fused multiply-add instead of a quarter-rate I2F.
 constexpr int kMagicBits = 0x4B400000;
 constexpr float kMagic = 12582912.0f;
