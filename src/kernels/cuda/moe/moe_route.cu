@@ -39,6 +39,7 @@ __device__ __forceinline__ float route_score(float logit, float gate_temp) {
 __global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRouteParams p) {
   __shared__ float s_score[kRouteWarps][kMaxExperts];
   __shared__ float s_sel[kRouteWarps][kMaxExperts];
+  __shared__ uint8_t s_taken[kRouteWarps][kMaxExperts];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
   if (row >= p.rows) return;
@@ -49,6 +50,7 @@ __global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRo
     const float s = route_score(logits[e], p.gate_temp);
     s_score[warp][e] = s;
     s_sel[warp][e] = s + bias[e];
+    s_taken[warp][e] = 0;
   }
   __syncwarp();
   int ids[kMaxTopk];
@@ -56,11 +58,14 @@ __global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRo
   float sum = 0.0f;
 #pragma unroll 1
   for (int j = 0; j < p.topk; ++j) {
+    // Untaken experts only; a lane's first candidate is always taken, so a row whose scores are
+    // -inf or NaN (a disabled expert, corrupt logits) still selects in-range, distinct experts.
     float best = -INFINITY;
     int best_e = kMaxExperts;
     for (int e = lane; e < p.experts; e += 32) {
+      if (s_taken[warp][e]) continue;
       const float v = s_sel[warp][e];
-      if (v > best) {  // ascending e per lane: the first maximum is the lowest id
+      if (best_e == kMaxExperts || v > best) {  // ascending e per lane: ties keep the lowest id
         best = v;
         best_e = e;
       }
@@ -69,7 +74,9 @@ __global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRo
     for (int off = 16; off > 0; off /= 2) {
       const float ov = __shfl_xor_sync(0xFFFFFFFFu, best, off);
       const int oe = __shfl_xor_sync(0xFFFFFFFFu, best_e, off);
-      if (ov > best || (ov == best && oe < best_e)) {
+      const bool take =
+          oe != kMaxExperts && (best_e == kMaxExperts || ov > best || (ov == best && oe < best_e));
+      if (take) {
         best = ov;
         best_e = oe;
       }
@@ -78,7 +85,7 @@ __global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRo
     w[j] = s_score[warp][best_e];
     sum += w[j];
     __syncwarp();
-    if (lane == 0) s_sel[warp][best_e] = NAN;  // taken: never compares greater
+    if (lane == 0) s_taken[warp][best_e] = 1;
     __syncwarp();
   }
   if (lane == 0) {
@@ -104,8 +111,9 @@ __global__ void offsets_kernel(const int32_t* keys, const int32_t* pair_index, i
                                int32_t experts, int32_t* offsets, int32_t* pair_pos) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i > n) return;
-  const int32_t lo = i == 0 ? -1 : keys[i - 1];
-  const int32_t hi = i == n ? experts : keys[i];
+  // Ids come from moe_route (always in range); clamped anyway so that no write leaves offsets.
+  const int32_t lo = i == 0 ? -1 : min(max(keys[i - 1], -1), experts);
+  const int32_t hi = i == n ? experts : min(max(keys[i], -1), experts);
   for (int32_t e = lo + 1; e <= hi; ++e)
     offsets[e] = static_cast<int32_t>(i);
   if (i < n) pair_pos[pair_index[i]] = static_cast<int32_t>(i);
