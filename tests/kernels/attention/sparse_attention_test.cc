@@ -92,7 +92,8 @@ struct Case {
   int topk_width = 512;
   ActPrecision precision = ActPrecision::kF32;
   uint64_t seed = 1;
-  int single_row = -1;  // >= 0: also run that row alone (batch invariance)
+  int single_row = -1;   // >= 0: also run that row alone (batch invariance)
+  int window = kWindow;  // sliding window (<= 128); the rings hold kWindow slots each
 };
 
 struct Result {
@@ -175,9 +176,9 @@ Result run_case(const Case& c) {
     r0_of_row[static_cast<size_t>(r)] = chunk_row0[static_cast<size_t>(s)];
     std::vector<double> entries;
     auto add = [&](const float* v) { entries.insert(entries.end(), v, v + kD); };
-    for (int64_t t = std::max<int64_t>(0, sp.pos - kWindow + 1); t <= sp.pos; ++t) {
+    for (int64_t t = std::max<int64_t>(0, sp.pos - c.window + 1); t <= sp.pos; ++t) {
       if (t < chunk_start[static_cast<size_t>(s)]) {
-        add(swa.values[static_cast<size_t>(s)].data() + (kRing * kWindow + t % kWindow) * kD);
+        add(swa.values[static_cast<size_t>(s)].data() + (kRing * c.window + t % c.window) * kD);
       } else {
         add(chunk_vals[static_cast<size_t>(s)].data() +
             (t - chunk_start[static_cast<size_t>(s)]) * kD);
@@ -242,7 +243,7 @@ Result run_case(const Case& c) {
   p.swa = {d_swa.as<uint8_t>(), kPageBytes,   d_swa_pages.as<int32_t>(),
            swa.pages_per_seq,   swa.per_page, kSwaEntryBytes};
   p.ring_block = kRing;
-  p.window = kWindow;
+  p.window = c.window;
   p.chunk_kv = d_chunk.as<uint8_t>();
   p.comp = {d_comp.as<uint8_t>(), kPageBytes,    d_comp_pages.as<int32_t>(),
             comp.pages_per_seq,   comp.per_page, kCompEntryBytes};
@@ -340,6 +341,19 @@ TEST(SparseAttentionGpu, WindowOnlyLayer) {
   Case c = decode_case(ActPrecision::kF32, 31);
   c.topk_width = 0;
   expect_close(run_case(c), 1e-4, "window only");
+}
+
+TEST(SparseAttentionGpu, WindowAndTopkWidthEdges) {
+  DI_REQUIRE_GPU();
+  // A window of 64 (ring slots r * 64 + p % 64), a top-k width that is not a multiple of 128
+  // (chunks of 128, 128 and 44 slots), and the widest top-k one cluster covers (896: 8 CTAs).
+  Case c = decode_case(ActPrecision::kF32, 51);
+  c.window = 64;
+  c.topk_width = 300;
+  expect_close(run_case(c), 1e-4, "window 64, top-k width 300");
+  Case w = decode_case(ActPrecision::kBF16, 52);
+  w.topk_width = 896;
+  expect_close(run_case(w), 1e-2, "top-k width 896, bf16");
 }
 
 TEST(SparseAttentionGpu, RowIsBatchInvariant) {
