@@ -94,6 +94,8 @@ struct Case {
   uint64_t seed = 1;
   int single_row = -1;   // >= 0: also run that row alone (batch invariance)
   int window = kWindow;  // sliding window (<= 128); the rings hold kWindow slots each
+  // Per-row positions (prefill rows of one sequence); empty: a row is at its sequence's pos.
+  std::vector<int64_t> row_pos;
 };
 
 struct Result {
@@ -102,7 +104,8 @@ struct Result {
   std::vector<float> single;  // the single_row launch, fp32
 };
 
-// Runs one case on the GPU and the CPU reference; rows of one sequence share its position.
+// Runs one case on the GPU and the CPU reference; a row is at its sequence's position unless
+// Case::row_pos gives one per row.
 Result run_case(const Case& c) {
   std::mt19937_64 rng(c.seed);
   const int nseq = static_cast<int>(c.seqs.size());
@@ -171,12 +174,13 @@ Result run_case(const Case& c) {
     const int s = c.row_seq[static_cast<size_t>(r)];
     const SeqSpec& sp = c.seqs[static_cast<size_t>(s)];
     seq_of_row[static_cast<size_t>(r)] = s;
-    pos_of_row[static_cast<size_t>(r)] = sp.pos;
+    const int64_t pos = c.row_pos.empty() ? sp.pos : c.row_pos[static_cast<size_t>(r)];
+    pos_of_row[static_cast<size_t>(r)] = pos;
     cs_of_row[static_cast<size_t>(r)] = chunk_start[static_cast<size_t>(s)];
     r0_of_row[static_cast<size_t>(r)] = chunk_row0[static_cast<size_t>(s)];
     std::vector<double> entries;
     auto add = [&](const float* v) { entries.insert(entries.end(), v, v + kD); };
-    for (int64_t t = std::max<int64_t>(0, sp.pos - c.window + 1); t <= sp.pos; ++t) {
+    for (int64_t t = std::max<int64_t>(0, pos - c.window + 1); t <= pos; ++t) {
       if (t < chunk_start[static_cast<size_t>(s)]) {
         add(swa.values[static_cast<size_t>(s)].data() + (kRing * c.window + t % c.window) * kD);
       } else {
@@ -208,7 +212,7 @@ Result run_case(const Case& c) {
     for (int h = 0; h < kH; ++h) {
       double* x = o + h * kD + (kD - 64);
       for (int i = 0; i < 32; ++i) {
-        const float angle = static_cast<float>(sp.pos) * freqs[static_cast<size_t>(i)];
+        const float angle = static_cast<float>(pos) * freqs[static_cast<size_t>(i)];
         const double cs = std::cos(static_cast<double>(angle));
         const double sn = -std::sin(static_cast<double>(angle));
         const double a = x[2 * i], b = x[2 * i + 1];
@@ -324,9 +328,8 @@ TEST(SparseAttentionGpu, DecodeBf16MatchesCpu) {
 TEST(SparseAttentionGpu, PrefillChunkMatchesCpu) {
   DI_REQUIRE_GPU();
   // The rows of a prefill chunk at positions 1000..1199, each as its own sequence (its own ring
-  // and chunk_kv slice; run_case gives the rows of one sequence one position): row i sees ring
-  // slots for positions < 1000 and i + 1 chunk entries, and its own top-k. Rows of one chunk
-  // sharing one page-table row and one chunk_kv slice are not covered yet.
+  // and chunk_kv slice): row i sees ring slots for positions < 1000 and i + 1 chunk entries, and
+  // its own top-k. (PrefillRowsOfOneSequence covers rows sharing one sequence.)
   Case c;
   c.seed = 21;
   for (int64_t i = 0; i < 200; ++i) {
@@ -334,6 +337,20 @@ TEST(SparseAttentionGpu, PrefillChunkMatchesCpu) {
     c.row_seq.push_back(static_cast<int>(i));
   }
   expect_close(run_case(c), 1e-4, "prefill chunk fp32");
+}
+
+TEST(SparseAttentionGpu, PrefillRowsOfOneSequence) {
+  DI_REQUIRE_GPU();
+  // One sequence, a 200-row chunk at positions 1000..1199: all rows share one page-table row and
+  // one chunk_kv slice (positions >= 1000); each row's window reaches back into the ring.
+  Case c;
+  c.seed = 23;
+  c.seqs = {{1199, 200, 600}};
+  for (int64_t i = 0; i < 200; ++i) {
+    c.row_seq.push_back(0);
+    c.row_pos.push_back(1000 + i);
+  }
+  expect_close(run_case(c), 1e-4, "prefill rows of one sequence, fp32");
 }
 
 TEST(SparseAttentionGpu, WindowOnlyLayer) {
