@@ -31,6 +31,7 @@
 #include "common/check.h"
 #include "kernels/cuda/attention/sparse_attention.cuh"
 #include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
+#include "kernels/cuda/paged_table_check.h"
 
 namespace di {
 namespace {
@@ -741,32 +742,18 @@ void sparse_attention(const SparseAttnParams& p, cudaStream_t stream) {
   DI_CHECK(p.topk_width >= 0 && p.topk_width <= 7 * kChunk,
            "sparse_attention: topk_width {} must be in [0, {}]", p.topk_width, 7 * kChunk);
   // A table's pages must hold every entry the kernel may address (the ring of ring_block; the
-  // top-k indices below comp_entries), and entries are read with 16-byte loads.
-  auto check_table = [](const char* what, const PagedTable& t, int32_t entry_bytes,
-                        int64_t entries_needed) {
-    DI_CHECK(t.pool != nullptr && t.pages != nullptr && t.entry_bytes == entry_bytes &&
-                 t.entries_per_page > 0 && t.pages_stride > 0 &&
-                 t.page_bytes >= static_cast<int64_t>(t.entries_per_page) * t.entry_bytes,
-             "sparse_attention: {} table: entry_bytes {} (need {}), {} entries per {}-byte page, "
-             "{} pages per row",
-             what, t.entry_bytes, entry_bytes, t.entries_per_page, t.page_bytes, t.pages_stride);
-    DI_CHECK(t.page_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(t.pool) % 16 == 0,
-             "sparse_attention: {} table: pool and page_bytes ({}) must be 16-byte aligned", what,
-             t.page_bytes);
-    DI_CHECK(entries_needed <= static_cast<int64_t>(t.pages_stride) * t.entries_per_page,
-             "sparse_attention: {} table: {} entries addressed, a row's {} pages hold {}", what,
-             entries_needed, t.pages_stride,
-             static_cast<int64_t>(t.pages_stride) * t.entries_per_page);
-  };
+  // top-k indices below comp_entries).
   DI_CHECK(p.ring_block >= 0, "sparse_attention: ring_block {} must be >= 0", p.ring_block);
-  check_table("SWA", p.swa, kSwaEntryBytes, static_cast<int64_t>(p.ring_block + 1) * p.window);
+  check_paged_table("sparse_attention (SWA table)", p.swa, kSwaEntryBytes,
+                    static_cast<int64_t>(p.ring_block + 1) * p.window);
   if (p.topk_width > 0) {
     DI_CHECK(p.topk != nullptr, "sparse_attention: top-k of width {} needs indices", p.topk_width);
     DI_CHECK(p.comp_entries > 0,
              "sparse_attention: comp_entries must be positive with a top-k of width {} (indices "
              ">= comp_entries are masked)",
              p.topk_width);
-    check_table("compressed", p.comp, kCompEntryBytes, p.comp_entries);
+    check_paged_table("sparse_attention (compressed table)", p.comp, kCompEntryBytes,
+                      p.comp_entries);
   }
   const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   DI_CHECK(aligned16(p.q) && aligned16(p.out) && (p.chunk_kv == nullptr || aligned16(p.chunk_kv)),

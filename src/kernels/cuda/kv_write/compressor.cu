@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/kv_write/kv_write.cuh"
+#include "kernels/cuda/paged_table_check.h"
 
 namespace di {
 
@@ -194,7 +195,7 @@ void check_common(const char* op, const float* norm_weight, const float* freqs, 
 void compress_ratio1(const CompressRatio1Params& p, cudaStream_t stream) {
   const int64_t stride = p.x_stride != 0 ? p.x_stride : kKvDim;
   kv_write_detail::check_act("compress_ratio1", p.x, p.rows, stride, p.precision);
-  kv_write_detail::check_table("compress_ratio1", p.table, kCompEntryBytes);
+  check_paged_table("compress_ratio1", p.table, kCompEntryBytes);
   check_common("compress_ratio1", p.norm_weight, p.freqs, p.eps, p.rows);
   if (p.rows == 0) return;
   DI_CHECK(p.seq != nullptr && p.positions != nullptr && p.latent != nullptr &&
@@ -216,7 +217,7 @@ void compress_ratio2(const CompressRatio2Params& p, cudaStream_t stream) {
   // The row count is not known here (the work items index the rows); check the pointers' shape.
   kv_write_detail::check_act("compress_ratio2", p.kv, p.works, stride, p.precision);
   kv_write_detail::check_act("compress_ratio2", p.score, p.works, stride, p.precision);
-  kv_write_detail::check_table("compress_ratio2", p.table, kCompEntryBytes);
+  check_paged_table("compress_ratio2", p.table, kCompEntryBytes);
   check_common("compress_ratio2", p.norm_weight, p.freqs, p.eps, p.works);
   if (p.works == 0) return;
   DI_CHECK(p.work != nullptr && p.state != nullptr && p.latent != nullptr &&

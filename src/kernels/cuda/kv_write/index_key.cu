@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/kv_write/kv_write.cuh"
+#include "kernels/cuda/paged_table_check.h"
 
 namespace di {
 namespace {
@@ -112,7 +113,7 @@ void index_key_write(const IndexKeyParams& p, cudaStream_t stream) {
   DI_CHECK(p.groups >= 0 && p.groups <= INT32_MAX, "index_key_write: {} groups", p.groups);
   DI_CHECK(p.ratio >= 1, "index_key_write: ratio must be >= 1, got {}", p.ratio);
   DI_CHECK(p.eps >= 0.0f, "index_key_write: eps must be >= 0, got {}", p.eps);
-  kv_write_detail::check_table("index_key_write", p.table, kIndexKeyBytes);
+  check_paged_table("index_key_write", p.table, kIndexKeyBytes);
   if (p.groups == 0) return;
   DI_CHECK(p.latent != nullptr && p.wk != nullptr && p.norm_weight != nullptr &&
                p.freqs != nullptr && p.seq != nullptr && p.group != nullptr,

@@ -48,7 +48,6 @@ void index_key_write(const IndexKeyParams& params, cudaStream_t stream);
 
 // Launcher checks shared by the three .cu files (throw di::Error naming `op`).
 namespace kv_write_detail {
-void check_table(const char* op, const PagedTable& t, int32_t entry_bytes);
 void check_act(const char* op, const void* x, int64_t rows, int64_t stride, ActPrecision p);
 }  // namespace kv_write_detail
 

@@ -3,32 +3,18 @@
 // RoPE on the last 64 values at the row's position, act_quant e4m3 / UE8M0-32, 528-byte entry into
 // the sequence's ring slot of this layer's block. Memory-trivial (1 KiB in, 528 B out per row); the
 // single-thread reduction is the price of bitwise CPU parity (~1 us of latency per CTA).
-// Also: the launcher checks shared with compressor.cu and index_key.cu.
+// Also: the activation check shared with compressor.cu (tables: kernels/cuda/paged_table_check.h).
 
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/kv_write/kv_write.cuh"
+#include "kernels/cuda/paged_table_check.h"
 
 namespace di {
 
 namespace kv_write_detail {
-
-void check_table(const char* op, const PagedTable& t, int32_t entry_bytes) {
-  DI_CHECK(t.entry_bytes == entry_bytes, "{}: table entry_bytes {} (expected {})", op,
-           t.entry_bytes, entry_bytes);
-  DI_CHECK(t.pool != nullptr && t.pages != nullptr, "{}: null table pool/pages", op);
-  DI_CHECK(t.entries_per_page > 0 &&
-               static_cast<int64_t>(t.entries_per_page) * t.entry_bytes <= t.page_bytes,
-           "{}: {} entries of {} B do not fit a {}-byte page", op, t.entries_per_page,
-           t.entry_bytes, t.page_bytes);
-  DI_CHECK(t.pages_stride > 0, "{}: pages_stride must be positive, got {}", op, t.pages_stride);
-  // Entries are written with 4-byte (SWA), 2-byte (compressed) and 1-byte stores: 16-byte aligned
-  // pages keep every entry start aligned for them (528 and 288 are multiples of 16, 68 of 4).
-  DI_CHECK(t.page_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(t.pool) % 16 == 0,
-           "{}: pool and page_bytes ({}) must be 16-byte aligned", op, t.page_bytes);
-}
 
 void check_act(const char* op, const void* x, int64_t rows, int64_t stride, ActPrecision p) {
   DI_CHECK(rows >= 0 && rows <= INT32_MAX, "{}: rows must be in [0, 2^31), got {}", op, rows);
@@ -75,7 +61,7 @@ __global__ void __launch_bounds__(kThreads) swa_write_kernel(SwaWriteParams p) {
 void swa_write(const SwaWriteParams& p, cudaStream_t stream) {
   const int64_t stride = p.x_stride != 0 ? p.x_stride : kKvDim;
   kv_write_detail::check_act("swa_write", p.x, p.rows, stride, p.precision);
-  if (p.write_ring) kv_write_detail::check_table("swa_write", p.table, kSwaEntryBytes);
+  if (p.write_ring) check_paged_table("swa_write", p.table, kSwaEntryBytes);
   DI_CHECK(p.write_ring || p.chunk_entries != nullptr || p.rows == 0,
            "swa_write: nothing to write (write_ring false and no chunk_entries)");
   DI_CHECK(p.window > 0 && p.ring_block >= 0, "swa_write: window {} / ring_block {}", p.window,
