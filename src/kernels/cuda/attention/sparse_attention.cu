@@ -31,6 +31,7 @@
 #include "common/check.h"
 #include "kernels/cuda/attention/sparse_attention.cuh"
 #include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
+#include "kernels/cuda/ops/device_common.cuh"
 #include "kernels/cuda/paged_table_check.h"
 
 namespace di {
@@ -103,8 +104,7 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 }
 
 __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
+  return ops_detail::pack_bf16x2(lo, hi);
 }
 
 __device__ __forceinline__ float bf16_lo(uint32_t v) {
@@ -254,12 +254,7 @@ __device__ __forceinline__ void load8(const uint16_t* p, float (&v)[8]) {
   }
 }
 
-__device__ __forceinline__ void store4(float* p, float4 v) {
-  *reinterpret_cast<float4*>(p) = v;
-}
-__device__ __forceinline__ void store4(uint16_t* p, float4 v) {
-  *reinterpret_cast<uint2*>(p) = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
-}
+using ops_detail::store4;
 
 // Attention of one (row, chunk), then the row's chunks merged in its cluster. T = float or uint16_t
 // (bf16 bits) activations.

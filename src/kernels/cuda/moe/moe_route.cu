@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/moe/moe_route.cuh"
+#include "kernels/cuda/ops/device_common.cuh"
 
 namespace di {
 namespace {
@@ -119,28 +120,8 @@ __global__ void offsets_kernel(const int32_t* keys, const int32_t* pair_index, i
   if (i < n) pair_pos[pair_index[i]] = static_cast<int32_t>(i);
 }
 
-template <typename T>
-__device__ __forceinline__ float4 ld4(const T* p);
-template <>
-__device__ __forceinline__ float4 ld4(const float* p) {
-  return *reinterpret_cast<const float4*>(p);
-}
-template <>
-__device__ __forceinline__ float4 ld4(const uint16_t* p) {
-  const uint2 w = *reinterpret_cast<const uint2*>(p);
-  return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xFFFF0000u),
-                     __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xFFFF0000u));
-}
-__device__ __forceinline__ void st4(float* p, float4 v) {
-  *reinterpret_cast<float4*>(p) = v;
-}
-__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
-  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&b);
-}
-__device__ __forceinline__ void st4(uint16_t* p, float4 v) {
-  *reinterpret_cast<uint2*>(p) = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
-}
+using ops_detail::load4;
+using ops_detail::store4;
 
 template <typename T>
 __global__ void __launch_bounds__(256) moe_combine_kernel(const MoeCombineParams p) {
@@ -169,20 +150,20 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const MoeCombineParams
   for (int64_t d = 4 * threadIdx.x; d < p.dim; d += 4 * blockDim.x) {
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int j = 0; j < p.topk; ++j) {
-      const float4 v = ld4(out + static_cast<int64_t>(s_pos[j]) * p.dim + d);
+      const float4 v = load4(out + static_cast<int64_t>(s_pos[j]) * p.dim + d);
       acc.x += v.x;
       acc.y += v.y;
       acc.z += v.z;
       acc.w += v.w;
     }
     if (shared != nullptr) {
-      const float4 v = ld4(shared + row * p.dim + d);
+      const float4 v = load4(shared + row * p.dim + d);
       acc.x += v.x;
       acc.y += v.y;
       acc.z += v.z;
       acc.w += v.w;
     }
-    st4(y + d, acc);
+    store4(y + d, acc);
   }
 }
 
