@@ -204,9 +204,18 @@ void moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+
+// Workspace: sorted keys, the iota values, then CUB's scratch of `temp` bytes.
+size_t permute_bytes(int64_t n, size_t temp) {
+  return 2 * align256(static_cast<size_t>(n) * 4) + align256(temp);
+}
+
+}  // namespace
+
 size_t moe_permute_workspace_bytes(int64_t rows, int32_t topk, int32_t experts) {
   const int64_t n = rows * topk;
-  return 2 * align256(static_cast<size_t>(n) * 4) + align256(cub_temp_bytes(n, experts));
+  return permute_bytes(n, cub_temp_bytes(n, experts));
 }
 
 void moe_permute(const MoePermuteParams& p, cudaStream_t stream) {
@@ -215,11 +224,13 @@ void moe_permute(const MoePermuteParams& p, cudaStream_t stream) {
            "moe_permute: bad shape rows {} topk {} experts {}", p.rows, p.topk, p.experts);
   DI_CHECK(p.offsets != nullptr, "moe_permute: null offsets");
   const int64_t n = p.rows * p.topk;
+  size_t temp_bytes = 0;
   if (n > 0) {
     DI_CHECK(p.ids != nullptr && p.pair_index != nullptr && p.pair_pos != nullptr &&
                  p.workspace != nullptr,
              "moe_permute: null ids/pair_index/pair_pos/workspace");
-    const size_t need = moe_permute_workspace_bytes(p.rows, p.topk, p.experts);
+    temp_bytes = cub_temp_bytes(n, p.experts);  // one host query per call
+    const size_t need = permute_bytes(n, temp_bytes);
     DI_CHECK(p.workspace_bytes >= need, "moe_permute: workspace of {} bytes, {} needed",
              p.workspace_bytes, need);
     DI_CHECK(reinterpret_cast<uintptr_t>(p.workspace) % 256 == 0,
@@ -232,7 +243,6 @@ void moe_permute(const MoePermuteParams& p, cudaStream_t stream) {
   if (n > 0) {
     iota_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(vals_in, n);
     DI_CUDA_CHECK(cudaGetLastError());
-    size_t temp_bytes = cub_temp_bytes(n, p.experts);
     DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, p.ids, keys_out, vals_in,
                                                   p.pair_index, n, 0, key_bits(p.experts), stream));
   }
