@@ -16,6 +16,9 @@
 //            order that does not depend on the batch's other rows beyond their count).
 //   combine  y[row] = (sum over the row's k experts in ascending expert id of expert_out[pos]) +
 //            shared[row], added left to right in fp32 (the CPU's order).
+//   expert FFN (Model::expert): g = act_quant(x) . w1^T, u = act_quant(x) . w3^T (FP4 e2m1
+//            weights, one UE8M0 scale per 1 x 32), h = weight * silu(min(g, L)) * clamp(u, -L, L)
+//            (L = swiglu_limit when > 0), y = act_quant(h) . w2^T; act_quant blocks of 32.
 
 #include <cstddef>
 #include <cstdint>
@@ -61,6 +64,70 @@ struct MoeCombineParams {
   int32_t topk = 0;
   int64_t dim = 0;                              // % 4 == 0
   ActPrecision precision = ActPrecision::kF32;  // storage of expert_out, shared and y
+};
+
+// Expert tiles of the grouped GEMM: up to kMoeTileTokens consecutive pairs of one expert, in
+// expert order; written by moe_expert_tiles from moe_permute's offsets. Unused entries (the list
+// has moe_expert_tile_bound entries) have expert = -1.
+constexpr int kMoeTileTokens = 8;
+struct MoeExpertTile {
+  int32_t expert = -1;
+  int32_t first_pair = 0;  // first pair position (into the permuted order)
+  int32_t count = 0;       // pairs in the tile, 1..kMoeTileTokens
+  int32_t pad = 0;
+};
+
+struct MoeExpertTilesParams {
+  const int32_t* offsets = nullptr;  // [experts + 1] from moe_permute
+  int32_t experts = 0;               // <= 1024
+  int64_t pairs = 0;                 // rows * topk (= offsets[experts])
+  MoeExpertTile* tiles = nullptr;    // [moe_expert_tile_bound(experts, pairs)]
+};
+
+// One expert matrix as the checkpoint stores it: e2m1 codes [n, k / 2] (two per byte, the low
+// nibble is the even column) and UE8M0 scales [n, k / 32]; device pointers.
+struct Fp4ExpertMatrix {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+};
+
+// Grouped GEMM of the routed experts over FP4 weights: for every pair p of expert e (tile list)
+// and output column c in [0, mats * n): out[p, c] = sum_k xq[a(p), k] * W_{c / n, e}[c % n, k]
+// with xq dequantised per 32 (its UE8M0 scales) and W per 1 x 32; a(p) = pair_index[p] / topk
+// (gather of the token's row, for w1/w3) or p (pair_index == nullptr, for w2). mats = 2 computes
+// w1 and w3 in one launch (out = [g | u]). Per K-block of 32 an exact-input tensor-core partial,
+// promoted in fp32 in ascending K-block order: a pair's result depends only on its own row.
+struct MoeExpertGemmParams {
+  const uint8_t* xq = nullptr;          // [activation rows, k] e4m3 codes (act_quant, block 32)
+  const uint8_t* xq_scale = nullptr;    // [activation rows, k / 32] UE8M0 bytes
+  const int32_t* pair_index = nullptr;  // [pairs] from moe_permute (gather), or nullptr
+  int32_t topk = 1;                     // with pair_index
+  const MoeExpertTile* tiles = nullptr;
+  int64_t tile_count = 0;                    // entries of `tiles` (moe_expert_tile_bound)
+  const Fp4ExpertMatrix* weights = nullptr;  // [mats * experts] device array: [m * experts + e]
+  int32_t experts = 0;
+  int32_t mats = 1;  // 1 or 2
+  int64_t pairs = 0;
+  int64_t n = 0;        // rows of each matrix, % 32 == 0
+  int64_t k = 0;        // % 32 == 0
+  void* out = nullptr;  // [pairs, mats * n] fp32 or bf16 (precision)
+  ActPrecision precision = ActPrecision::kF32;
+};
+
+// h = weight * silu(min(g, L)) * clamp(u, -L, L) in fp32 (rounded to the storage precision), then
+// act_quant (block 32) of h, the w2 input. The CPU's arithmetic: exp rounded to fp32 once, IEEE
+// division, left-to-right products.
+struct MoeSwigluQuantParams {
+  const void* gu = nullptr;        // [pairs, 2 * inter] g then u per row, fp32 or bf16 (precision)
+  const float* weights = nullptr;  // [rows * topk] routing weights, or nullptr (weight 1)
+  const int32_t* pair_index = nullptr;  // [pairs] with weights: pair p's weight is
+                                        // weights[pair_index[p]]; nullptr: weights[p]
+  int64_t pairs = 0;
+  int64_t inter = 0;   // % 32 == 0
+  float limit = 0.0f;  // swiglu_limit (<= 0: no clamp)
+  ActPrecision precision = ActPrecision::kF32;
+  uint8_t* codes = nullptr;   // [pairs, inter] e4m3
+  uint8_t* scales = nullptr;  // [pairs, inter / 32] UE8M0
 };
 
 }  // namespace di

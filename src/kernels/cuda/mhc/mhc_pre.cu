@@ -28,10 +28,16 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/mhc/mhc.cuh"
 
 namespace di {
 namespace {
+
+using cuda_detail::cp_async16;
+using cuda_detail::cp_async4;
+using cuda_detail::cp_async_commit;
+using cuda_detail::cp_async_wait;
 
 constexpr int kThreads = 128;      // 4 warps, one per 16-d block of a chunk
 constexpr int kChunk = 64;         // d per pipeline stage (all 4 copies)
@@ -71,29 +77,6 @@ constexpr int stage_bytes() {
 template <MhcStorage S, int kStages>
 constexpr int smem_bytes() {
   return kStages * stage_bytes<S>() + TileCfg<S>::kRows * kPartials * 4;
-}
-
-__device__ __forceinline__ void cp_async16(void* smem_ptr, const void* gptr, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_ptr));
-  const int src_bytes = valid ? 16 : 0;  // 0: zero-fill, nothing is read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gptr),
-               "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async4(void* smem_ptr, const void* gptr, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_ptr));
-  const int src_bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gptr),
-               "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) {

@@ -1,0 +1,28 @@
+#pragma once
+
+// CUDA launchers of the routed-expert FFN pieces (kernels/params/moe.h): the expert tile list,
+// the grouped FP4-weight GEMM (w1/w3 together, then w2) and the SwiGLU + act_quant between them.
+// Host-only declarations; the launchers validate (di::Error naming the op and sizes), never
+// allocate or synchronize.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/params/moe.h"
+
+namespace di {
+
+// Entries of the tile list for `pairs` pairs over `experts` experts: enough for any routing.
+int64_t moe_expert_tile_bound(int32_t experts, int64_t pairs);
+
+// Tile list (expert, first pair, count) from moe_permute's offsets.
+void moe_expert_tiles(const MoeExpertTilesParams& params, cudaStream_t stream);
+
+// out = the routed experts' FP4 GEMM over their pairs (decode regime: weight streaming).
+void moe_expert_gemm(const MoeExpertGemmParams& params, cudaStream_t stream);
+
+// The w2 input: act_quant(routing weight * SwiGLU(g, u)).
+void moe_swiglu_quant(const MoeSwigluQuantParams& params, cudaStream_t stream);
+
+}  // namespace di

@@ -1,0 +1,509 @@
+// Routed-expert FFN pieces on the GPU against the CPU reference at V4.1 sizes (384 experts,
+// top-6, dim 5120, moe_intermediate 2304) and at the fixtures' tiny sizes: the tile list, the
+// grouped FP4 GEMM (w1/w3 with the token gather, w2 over the pairs; fp32 and bf16 output) against
+// a double-precision dot product of the exactly decoded FP4 weights (cpu::decode_rows) and
+// e4m3 activations, row-level batch invariance, the SwiGLU + routing weight + act_quant against
+// the CPU arithmetic of Model::expert followed by cpu::act_quant_e4m3, and launcher errors.
+
+#include "kernels/cuda/moe/moe_expert.cuh"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "../dense_ops/dense_ops_test_util.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_buffer.h"
+#include "common/bf16.h"
+#include "common/error.h"
+#include "common/fp8.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cuda/moe/moe_route.cuh"
+
+namespace di {
+namespace {
+
+using dense_test::download;
+using dense_test::from_bf16;
+using dense_test::poisoned;
+using dense_test::random_normal;
+using dense_test::to_bf16;
+using dense_test::upload;
+
+constexpr int32_t kE = 384;
+constexpr int32_t kTopk = 6;
+constexpr int64_t kDim = 5120;
+constexpr int64_t kInter = 2304;
+
+// One FP4 expert matrix: checkpoint bytes on the host and the device, and its exact decode.
+struct Fp4Matrix {
+  int64_t n = 0, k = 0;
+  std::vector<uint8_t> codes, scales;
+  std::vector<float> dec;  // [n, k]
+  DeviceBuffer d_codes, d_scales;
+};
+
+Fp4Matrix random_fp4(int64_t n, int64_t k, uint64_t seed, cudaStream_t st) {
+  std::mt19937_64 rng(seed);
+  Fp4Matrix m;
+  m.n = n;
+  m.k = k;
+  m.codes.resize(static_cast<size_t>(n * k / 2));
+  m.scales.resize(static_cast<size_t>(n * k / 32));
+  for (auto& b : m.codes)
+    b = static_cast<uint8_t>(rng());
+  for (auto& s : m.scales)
+    s = static_cast<uint8_t>(116 + rng() % 9);
+  const cpu::WeightRef ref =
+      cpu::fp4_row_weight(ConstTensorView{reinterpret_cast<const std::byte*>(m.codes.data()),
+                                          DType::kI8, Shape{n, k / 2}},
+                          ConstTensorView{reinterpret_cast<const std::byte*>(m.scales.data()),
+                                          DType::kF8E8M0, Shape{n, k / 32}},
+                          "expert");
+  m.dec.resize(static_cast<size_t>(n * k));
+  cpu::decode_rows(ref, 0, n, m.dec.data());
+  m.d_codes = upload(m.codes, st, "fp4 codes");
+  m.d_scales = upload(m.scales, st, "fp4 scales");
+  return m;
+}
+
+// e4m3 activations (any finite code, UE8M0 scales per 32) and their values.
+struct Act {
+  int64_t rows = 0, k = 0;
+  std::vector<uint8_t> codes, scales;
+  std::vector<float> val;
+  DeviceBuffer d_codes, d_scales;
+};
+
+Act random_act(int64_t rows, int64_t k, uint64_t seed, cudaStream_t st) {
+  std::mt19937_64 rng(seed);
+  Act a;
+  a.rows = rows;
+  a.k = k;
+  a.codes.resize(static_cast<size_t>(rows * k));
+  a.scales.resize(static_cast<size_t>(rows * k / 32));
+  for (auto& c : a.codes) {
+    c = static_cast<uint8_t>(rng() % 0x7F);  // 0x00..0x7E, 0x7F is NaN
+    if (rng() % 2 != 0) c |= 0x80;
+  }
+  for (auto& s : a.scales)
+    s = static_cast<uint8_t>(110 + rng() % 15);
+  a.val.resize(a.codes.size());
+  for (size_t i = 0; i < a.codes.size(); ++i) {
+    const int s = a.scales[i / 32];
+    a.val[i] = e4m3_to_float(a.codes[i]) * std::ldexp(1.0f, s - 127);
+  }
+  a.d_codes = upload(a.codes, st, "act codes");
+  a.d_scales = upload(a.scales, st, "act scales");
+  return a;
+}
+
+// Experts [0, experts) of `mats` matrices; expert e of matrix m uses pool[m][e % pool size].
+struct ExpertSet {
+  int32_t experts = 0;
+  int mats = 1;
+  std::vector<std::vector<Fp4Matrix>> pool;
+  DeviceBuffer table;
+
+  const Fp4Matrix& matrix(int m, int e) const {
+    const auto& p = pool[static_cast<size_t>(m)];
+    return p[static_cast<size_t>(e) % p.size()];
+  }
+};
+
+ExpertSet make_experts(int32_t experts, int mats, int64_t n, int64_t k, int pool, uint64_t seed,
+                       cudaStream_t st) {
+  ExpertSet s;
+  s.experts = experts;
+  s.mats = mats;
+  s.pool.resize(static_cast<size_t>(mats));
+  for (int m = 0; m < mats; ++m)
+    for (int i = 0; i < pool; ++i)
+      s.pool[static_cast<size_t>(m)].push_back(random_fp4(n, k, seed + 100 * m + i, st));
+  std::vector<Fp4ExpertMatrix> table(static_cast<size_t>(mats * experts));
+  for (int m = 0; m < mats; ++m)
+    for (int e = 0; e < experts; ++e)
+      table[static_cast<size_t>(m * experts + e)] = {s.matrix(m, e).d_codes.as<uint8_t>(),
+                                                     s.matrix(m, e).d_scales.as<uint8_t>()};
+  s.table = upload(table, st, "expert table");
+  return s;
+}
+
+// moe_permute + moe_expert_tiles for ids [rows, topk].
+struct Routing {
+  int64_t rows = 0, pairs = 0, tile_count = 0;
+  int32_t experts = 0, topk = 0;
+  std::vector<int32_t> ids, off, idx, pos;
+  DeviceBuffer d_ids, d_off, d_idx, d_pos, d_tiles;
+};
+
+Routing route(const std::vector<int32_t>& ids, int64_t rows, int32_t experts, int32_t topk,
+              cudaStream_t st) {
+  Routing r;
+  r.rows = rows;
+  r.pairs = rows * topk;
+  r.experts = experts;
+  r.topk = topk;
+  r.ids = ids;
+  r.d_ids = upload(ids, st, "ids");
+  r.d_off = poisoned<int32_t>(static_cast<size_t>(experts + 1), st);
+  r.d_idx = poisoned<int32_t>(static_cast<size_t>(r.pairs), st);
+  r.d_pos = poisoned<int32_t>(static_cast<size_t>(r.pairs), st);
+  DeviceBuffer ws(std::max<size_t>(moe_permute_workspace_bytes(rows, topk, experts), 256), "ws");
+  MoePermuteParams pp;
+  pp.ids = r.d_ids.as<int32_t>();
+  pp.rows = rows;
+  pp.topk = topk;
+  pp.experts = experts;
+  pp.offsets = r.d_off.as<int32_t>();
+  pp.pair_index = r.d_idx.as<int32_t>();
+  pp.pair_pos = r.d_pos.as<int32_t>();
+  pp.workspace = ws.data();
+  pp.workspace_bytes = ws.size();
+  moe_permute(pp, st);
+  r.tile_count = moe_expert_tile_bound(experts, r.pairs);
+  r.d_tiles = poisoned<MoeExpertTile>(static_cast<size_t>(r.tile_count), st);
+  MoeExpertTilesParams tp;
+  tp.offsets = r.d_off.as<int32_t>();
+  tp.experts = experts;
+  tp.pairs = r.pairs;
+  tp.tiles = r.d_tiles.as<MoeExpertTile>();
+  moe_expert_tiles(tp, st);
+  r.off = download<int32_t>(r.d_off, static_cast<size_t>(experts + 1), st);
+  r.idx = download<int32_t>(r.d_idx, static_cast<size_t>(r.pairs), st);
+  r.pos = download<int32_t>(r.d_pos, static_cast<size_t>(r.pairs), st);
+  return r;
+}
+
+// Distinct random experts per row; rows < hot_rows all take expert `hot` in slot 0.
+std::vector<int32_t> random_ids(int64_t rows, int32_t experts, int32_t topk, uint64_t seed,
+                                int64_t hot_rows = 0, int32_t hot = 7) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(rows * topk));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<int32_t> all(static_cast<size_t>(experts));
+    for (int32_t e = 0; e < experts; ++e)
+      all[static_cast<size_t>(e)] = e;
+    std::shuffle(all.begin(), all.end(), rng);
+    if (r < hot_rows) {
+      std::iter_swap(all.begin(), std::find(all.begin(), all.end(), hot));
+    }
+    std::copy_n(all.begin(), topk, ids.begin() + r * topk);
+  }
+  return ids;
+}
+
+int32_t expert_of_pair(const Routing& r, int64_t p) {
+  const auto it = std::upper_bound(r.off.begin(), r.off.end(), static_cast<int32_t>(p));
+  return static_cast<int32_t>(it - r.off.begin()) - 1;
+}
+
+std::vector<float> run_gemm(const Routing& r, const Act& a, bool gather, const ExpertSet& w,
+                            int64_t n, ActPrecision prec, cudaStream_t st) {
+  const auto cols = static_cast<size_t>(w.mats * n);
+  const bool bf16 = prec == ActPrecision::kBF16;
+  DeviceBuffer out = bf16 ? poisoned<uint16_t>(static_cast<size_t>(r.pairs) * cols, st)
+                          : poisoned<float>(static_cast<size_t>(r.pairs) * cols, st);
+  MoeExpertGemmParams p;
+  p.xq = a.d_codes.as<uint8_t>();
+  p.xq_scale = a.d_scales.as<uint8_t>();
+  p.pair_index = gather ? r.d_idx.as<int32_t>() : nullptr;
+  p.topk = r.topk;
+  p.tiles = r.d_tiles.as<MoeExpertTile>();
+  p.tile_count = r.tile_count;
+  p.weights = w.table.as<Fp4ExpertMatrix>();
+  p.experts = w.experts;
+  p.mats = w.mats;
+  p.pairs = r.pairs;
+  p.n = n;
+  p.k = a.k;
+  p.out = out.data();
+  p.precision = prec;
+  moe_expert_gemm(p, st);
+  if (bf16) return from_bf16(download<uint16_t>(out, static_cast<size_t>(r.pairs) * cols, st));
+  return download<float>(out, static_cast<size_t>(r.pairs) * cols, st);
+}
+
+// Every element written; checked ones within 2^-9 * sum |x * w| (the fp8 tensor-core partial
+// keeps ~13+ bits of its 32 exact products; promotion adds kb fp32 roundings) plus half a bf16
+// ulp of |ref| for bf16 output. Columns: all, or every `col_step`-th (plus the last).
+void check_gemm(const std::vector<float>& got, const Routing& r, const Act& a, bool gather,
+                const ExpertSet& w, int64_t n, bool bf16, int64_t col_step, const char* what) {
+  const int64_t cols = w.mats * n;
+  double worst = 0.0, err2 = 0.0, ref2 = 0.0;
+  for (int64_t p = 0; p < r.pairs; ++p) {
+    const int32_t e = expert_of_pair(r, p);
+    ASSERT_GE(e, 0) << what;
+    const int64_t arow = gather ? r.idx[static_cast<size_t>(p)] / r.topk : p;
+    const float* x = a.val.data() + arow * a.k;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = got[static_cast<size_t>(p * cols + c)];
+      ASSERT_FALSE(std::isnan(v)) << what << " pair " << p << " col " << c << " not written";
+      if (c % col_step != 0 && c != cols - 1) continue;
+      const Fp4Matrix& m = w.matrix(static_cast<int>(c / n), e);
+      const float* wr = m.dec.data() + (c % n) * a.k;
+      double ref = 0.0, abs_sum = 0.0;
+      for (int64_t kk = 0; kk < a.k; ++kk) {
+        const double t = static_cast<double>(x[kk]) * wr[kk];
+        ref += t;
+        abs_sum += std::fabs(t);
+      }
+      const double err = std::fabs(v - ref);
+      const double allowed =
+          std::ldexp(abs_sum, -9) + (bf16 ? std::ldexp(std::fabs(ref), -8) : 0.0) + 1e-30;
+      worst = std::max(worst, err / allowed);
+      err2 += err * err;
+      ref2 += ref * ref;
+    }
+  }
+  std::printf("%-44s max err/allowed %.3f  rel_l2 %.3e\n", what, worst,
+              std::sqrt(err2 / std::max(ref2, 1e-300)));
+  EXPECT_LE(worst, 1.0) << what;
+}
+
+TEST(MoeExpertGpu, TileListCoversEveryPairInExpertOrder) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  for (const int64_t rows : {1, 16, 40}) {
+    const Routing r = route(random_ids(rows, kE, kTopk, 11 + rows, rows / 2), rows, kE, kTopk, st);
+    const auto tiles = download<MoeExpertTile>(r.d_tiles, static_cast<size_t>(r.tile_count), st);
+    std::vector<MoeExpertTile> want;
+    for (int32_t e = 0; e < kE; ++e) {
+      for (int32_t f = r.off[static_cast<size_t>(e)]; f < r.off[static_cast<size_t>(e) + 1];
+           f += kMoeTileTokens) {
+        want.push_back({e, f, std::min(kMoeTileTokens, r.off[static_cast<size_t>(e) + 1] - f), 0});
+      }
+    }
+    ASSERT_LE(static_cast<int64_t>(want.size()), r.tile_count);
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      const MoeExpertTile w = i < want.size() ? want[i] : MoeExpertTile{};
+      EXPECT_EQ(tiles[i].expert, w.expert) << "rows " << rows << " tile " << i;
+      if (w.expert < 0) continue;
+      EXPECT_EQ(tiles[i].first_pair, w.first_pair) << "rows " << rows << " tile " << i;
+      EXPECT_EQ(tiles[i].count, w.count) << "rows " << rows << " tile " << i;
+    }
+  }
+}
+
+// w1 and w3 in one launch over gathered token rows, at decode batch sizes; rows 0..hot-1 all
+// route to expert 7, so that expert gets 3 tiles of <= 8 pairs at 20 rows.
+TEST(MoeExpertGpu, GateUpGatherMatchesCpu) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const ExpertSet w = make_experts(kE, 2, kInter, kDim, 3, 500, st);
+  uint64_t seed = 900;
+  for (const int64_t rows : {1, 5, 16, 20}) {
+    for (const ActPrecision prec : {ActPrecision::kF32, ActPrecision::kBF16}) {
+      const Act x = random_act(rows, kDim, ++seed, st);
+      const Routing r =
+          route(random_ids(rows, kE, kTopk, ++seed, rows == 20 ? 20 : 0), rows, kE, kTopk, st);
+      const auto got = run_gemm(r, x, true, w, kInter, prec, st);
+      const bool bf16 = prec == ActPrecision::kBF16;
+      char what[96];
+      std::snprintf(what, sizeof(what), "w1|w3 rows=%ld %s", static_cast<long>(rows),
+                    bf16 ? "bf16" : "fp32");
+      check_gemm(got, r, x, true, w, kInter, bf16, r.pairs > 30 ? 5 : 1, what);
+    }
+  }
+}
+
+TEST(MoeExpertGpu, DownProjectionOverPairsMatchesCpu) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const ExpertSet w = make_experts(kE, 1, kDim, kInter, 3, 700, st);
+  uint64_t seed = 1900;
+  for (const int64_t rows : {1, 9}) {
+    for (const ActPrecision prec : {ActPrecision::kF32, ActPrecision::kBF16}) {
+      const Routing r = route(random_ids(rows, kE, kTopk, ++seed, rows), rows, kE, kTopk, st);
+      const Act h = random_act(r.pairs, kInter, ++seed, st);
+      const auto got = run_gemm(r, h, false, w, kDim, prec, st);
+      const bool bf16 = prec == ActPrecision::kBF16;
+      char what[96];
+      std::snprintf(what, sizeof(what), "w2 rows=%ld %s", static_cast<long>(rows),
+                    bf16 ? "bf16" : "fp32");
+      check_gemm(got, r, h, false, w, kDim, bf16, r.pairs > 30 ? 3 : 1, what);
+    }
+  }
+}
+
+// The fixtures' tiny shapes: k = 192 (a partial last stage of 2 blocks) and k = 64, n = 64.
+TEST(MoeExpertGpu, TinyShapesMatchCpu) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const struct {
+    int64_t n, k;
+    int mats;
+  } shapes[] = {{64, 192, 2}, {192, 64, 1}, {128, 256, 2}};
+  uint64_t seed = 3000;
+  for (const auto& s : shapes) {
+    const ExpertSet w = make_experts(8, s.mats, s.n, s.k, 8, ++seed, st);
+    const int64_t rows = 13;
+    const Routing r = route(random_ids(rows, 8, 2, ++seed), rows, 8, 2, st);
+    const bool gather = s.mats == 2;
+    const Act x = random_act(gather ? rows : r.pairs, s.k, ++seed, st);
+    const auto got = run_gemm(r, x, gather, w, s.n, ActPrecision::kF32, st);
+    char what[96];
+    std::snprintf(what, sizeof(what), "tiny n=%ld k=%ld mats=%d", static_cast<long>(s.n),
+                  static_cast<long>(s.k), s.mats);
+    check_gemm(got, r, x, gather, w, s.n, false, 1, what);
+  }
+}
+
+// A token's expert outputs are bitwise the same whether it is decoded alone or in a batch of 16
+// whose other tokens share its experts (different tiles, different positions in them).
+TEST(MoeExpertGpu, PairRowsAreBatchInvariant) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const ExpertSet w = make_experts(kE, 2, kInter, kDim, 2, 4000, st);
+  const int64_t rows = 16;
+  std::vector<int32_t> ids = random_ids(rows, kE, kTopk, 4100);
+  for (int64_t r = 1; r < rows; ++r)  // every row shares token 0's first two experts
+    for (int j = 0; j < 2; ++j)
+      ids[static_cast<size_t>(r * kTopk + j)] = ids[static_cast<size_t>(j)];
+  for (int64_t r = 1; r < rows; ++r) {  // keep the rows' experts distinct
+    std::vector<int32_t> row(ids.begin() + r * kTopk, ids.begin() + (r + 1) * kTopk);
+    std::sort(row.begin(), row.end());
+    ASSERT_EQ(std::adjacent_find(row.begin(), row.end()), row.end()) << "row " << r;
+  }
+  const Act x = random_act(rows, kDim, 4200, st);
+  const Routing big = route(ids, rows, kE, kTopk, st);
+  const auto got_big = run_gemm(big, x, true, w, kInter, ActPrecision::kF32, st);
+  const std::vector<int32_t> ids0(ids.begin(), ids.begin() + kTopk);
+  const Routing one = route(ids0, 1, kE, kTopk, st);
+  const auto got_one = run_gemm(one, x, true, w, kInter, ActPrecision::kF32, st);
+  const int64_t cols = 2 * kInter;
+  for (int j = 0; j < kTopk; ++j) {
+    const int64_t pb = big.pos[static_cast<size_t>(j)], po = one.pos[static_cast<size_t>(j)];
+    for (int64_t c = 0; c < cols; ++c) {
+      ASSERT_EQ(dense_test::float_bits(got_big[static_cast<size_t>(pb * cols + c)]),
+                dense_test::float_bits(got_one[static_cast<size_t>(po * cols + c)]))
+          << "slot " << j << " col " << c;
+    }
+  }
+}
+
+// CPU: Model::expert's element arithmetic in fp32 (bf16 storage: inputs and h rounded to bf16),
+// then cpu::act_quant_e4m3<float> per 32; the GPU's codes and scales decode to the same values.
+TEST(MoeExpertGpu, SwigluQuantMatchesCpu) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const int64_t rows = 9, pairs = rows * kTopk;
+  std::vector<int32_t> idx(static_cast<size_t>(pairs));
+  for (int64_t p = 0; p < pairs; ++p)
+    idx[static_cast<size_t>(p)] = static_cast<int32_t>((p * 7) % pairs);  // a permutation
+  const auto route_w = random_normal(static_cast<size_t>(pairs), 51, 0.5f);
+  const DeviceBuffer d_idx = upload(idx, st), d_w = upload(route_w, st);
+  for (const ActPrecision prec : {ActPrecision::kF32, ActPrecision::kBF16}) {
+    for (const float limit : {10.0f, 0.0f}) {
+      for (const bool weighted : {true, false}) {
+        const bool bf16 = prec == ActPrecision::kBF16;
+        auto gu = random_normal(static_cast<size_t>(pairs * 2 * kInter), 60 + bf16, 6.0f);
+        if (bf16) gu = from_bf16(to_bf16(gu));
+        const DeviceBuffer d_gu = bf16 ? upload(to_bf16(gu), st) : upload(gu, st);
+        DeviceBuffer codes = poisoned<uint8_t>(static_cast<size_t>(pairs * kInter), st);
+        DeviceBuffer scales = poisoned<uint8_t>(static_cast<size_t>(pairs * kInter / 32), st);
+        MoeSwigluQuantParams p;
+        p.gu = d_gu.data();
+        p.weights = weighted ? d_w.as<float>() : nullptr;
+        p.pair_index = d_idx.as<int32_t>();
+        p.pairs = pairs;
+        p.inter = kInter;
+        p.limit = limit;
+        p.precision = prec;
+        p.codes = codes.as<uint8_t>();
+        p.scales = scales.as<uint8_t>();
+        moe_swiglu_quant(p, st);
+        const auto c = download<uint8_t>(codes, static_cast<size_t>(pairs * kInter), st);
+        const auto s = download<uint8_t>(scales, static_cast<size_t>(pairs * kInter / 32), st);
+        int64_t mismatches = 0;
+        for (int64_t q = 0; q < pairs; ++q) {
+          std::vector<float> h(static_cast<size_t>(kInter));
+          for (int64_t j = 0; j < kInter; ++j) {
+            float g = gu[static_cast<size_t>(q * 2 * kInter + j)];
+            float u = gu[static_cast<size_t>(q * 2 * kInter + kInter + j)];
+            if (limit > 0) {
+              u = std::clamp(u, -limit, limit);
+              g = std::min(g, limit);
+            }
+            float v = g / (1.0f + std::exp(-g)) * u;
+            if (weighted) v = route_w[static_cast<size_t>(idx[static_cast<size_t>(q)])] * v;
+            if (bf16) v = bf16_to_float(bf16_from_float(v));
+            h[static_cast<size_t>(j)] = v;
+          }
+          cpu::act_quant_e4m3(std::span<float>(h), 32);
+          for (int64_t j = 0; j < kInter; ++j) {
+            const size_t i = static_cast<size_t>(q * kInter + j);
+            const float got = e4m3_to_float(c[i]) * std::ldexp(1.0f, s[i / 32] - 127);
+            if (dense_test::float_bits(got) != dense_test::float_bits(h[static_cast<size_t>(j)]))
+              ++mismatches;
+          }
+        }
+        EXPECT_EQ(mismatches, 0) << (bf16 ? "bf16" : "fp32") << " limit " << limit
+                                 << (weighted ? " weighted" : "");
+      }
+    }
+  }
+}
+
+TEST(MoeExpertGpu, LauncherRejectsBadParams) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  DeviceBuffer buf(1 << 20, "scratch");
+  MoeExpertGemmParams ok;
+  ok.xq = buf.as<uint8_t>();
+  ok.xq_scale = buf.as<uint8_t>();
+  ok.tiles = buf.as<MoeExpertTile>();
+  ok.tile_count = moe_expert_tile_bound(kE, 6);
+  ok.weights = buf.as<Fp4ExpertMatrix>();
+  ok.experts = kE;
+  ok.mats = 2;
+  ok.pairs = 6;
+  ok.n = kInter;
+  ok.k = kDim;
+  ok.out = buf.data();
+  auto bad = [&](auto edit) {
+    MoeExpertGemmParams p = ok;
+    edit(p);
+    EXPECT_THROW(moe_expert_gemm(p, st), Error);
+  };
+  bad([](MoeExpertGemmParams& p) { p.k = 48; });
+  bad([](MoeExpertGemmParams& p) { p.k = 1 << 20; });
+  bad([](MoeExpertGemmParams& p) { p.n = 40; });
+  bad([](MoeExpertGemmParams& p) { p.mats = 3; });
+  bad([](MoeExpertGemmParams& p) { p.tile_count = 1; });
+  bad([](MoeExpertGemmParams& p) { p.weights = nullptr; });
+  bad([&](MoeExpertGemmParams& p) { p.xq = buf.as<uint8_t>() + 4; });
+  bad([&](MoeExpertGemmParams& p) {
+    p.pair_index = buf.as<int32_t>();
+    p.topk = 0;
+  });
+  MoeSwigluQuantParams sq;
+  sq.gu = buf.data();
+  sq.codes = buf.as<uint8_t>();
+  sq.scales = buf.as<uint8_t>();
+  sq.pairs = 4;
+  sq.inter = 48;
+  EXPECT_THROW(moe_swiglu_quant(sq, st), Error);
+  MoeExpertTilesParams tp;
+  tp.offsets = buf.as<int32_t>();
+  tp.tiles = buf.as<MoeExpertTile>();
+  tp.experts = 2000;
+  tp.pairs = 6;
+  EXPECT_THROW(moe_expert_tiles(tp, st), Error);
+  DI_CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+}  // namespace
+}  // namespace di
