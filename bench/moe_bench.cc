@@ -9,13 +9,14 @@
 // Consecutive launches use 16 different random routings, so that no launch finds its experts
 // in L2 (50 MB) from the previous one.
 //
-// Usage: moe_bench
+// Usage: moe_bench [batch]   (one of 1 2 4 8 16 32 64; default all)
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <set>
@@ -94,7 +95,7 @@ Routing make_routing(int64_t rows, uint64_t seed, Stream& stream) {
   return rt;
 }
 
-int run() {
+int run(int64_t only_batch) {
   if (cuda_device_count() == 0) {
     std::printf("moe_bench: no CUDA device\n");
     return 0;
@@ -130,6 +131,7 @@ int run() {
               "w2 us", "chain us", "TB/s", "of copy");
 
   for (const int64_t rows : {1, 2, 4, 8, 16, 32, 64}) {
+    if (only_batch > 0 && rows != only_batch) continue;
     const int64_t pairs = rows * kTopk;
     std::vector<Routing> rts;
     double distinct = 0.0;
@@ -211,9 +213,9 @@ int run() {
 }  // namespace
 }  // namespace di
 
-int main() {
+int main(int argc, char** argv) {
   try {
-    return di::run();
+    return di::run(argc > 1 ? std::atoll(argv[1]) : 0);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moe_bench: %s\n", e.what());
     return 1;

@@ -85,7 +85,7 @@ struct MoeExpertTilesParams {
 };
 
 // One expert matrix as the checkpoint stores it: e2m1 codes [n, k / 2] (two per byte, the low
-// nibble is the even column) and UE8M0 scales [n, k / 32]; device pointers.
+// nibble is the even column) and UE8M0 scales [n, k / 32]; device pointers, 16-byte aligned.
 struct Fp4ExpertMatrix {
   const uint8_t* codes = nullptr;
   const uint8_t* scales = nullptr;

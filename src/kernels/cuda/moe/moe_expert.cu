@@ -2,19 +2,20 @@
 // streamed once per step at close to HBM speed, every tile of <= 8 pairs of an expert reads its
 // expert's weights once.
 //
-// moe_expert_gemm: grid (128-row slices of the mats * n output columns, expert tiles). A CTA
-//   loads its tile's activation rows (e4m3, gathered through pair_index for w1/w3) and their
-//   scales into shared memory once; each of its 4 warps then owns 32 weight rows and streams them
-//   through its own 6-stage cp.async ring (128 K-columns = 4 scale blocks = 2 KiB per stage, no
-//   CTA barrier in the loop). Hopper has no FP4 tensor cores; an e2m1 nibble becomes an e4m3 byte
-//   with two shifts and masks: sign to bit 7, the three magnitude bits to bits 4..2 — that byte is
-//   the e2m1 value times 2^-6 exactly (normal and subnormal codes alike), and 2^6 goes into the
-//   scale. The even and odd nibbles of a byte land in different registers, so the tensor-core K
-//   order inside a 32-block is permuted; the activations are stored in shared memory with the same
-//   permutation (bytes 0 2 4 6 1 3 5 7 of every 8), which leaves every 32-block's dot product
-//   unchanged. Per 32-block: mma.sync m16n8k32 e4m3 from zero (exact inputs), then promoted into
-//   the fp32 accumulator as (partial * 2^(e_w + 6)) * 2^(e_x) in ascending block order — no
-//   dependence on the other pairs of the tile (batch-invariant rows).
+// moe_expert_gemm: grid (128-column slices of the mats * n outputs, expert tiles). A CTA copies
+//   its tile's activation rows (e4m3, gathered through pair_index for w1/w3) and their scales into
+//   shared memory once, in the same cp.async group as each warp's weight scales and first weight
+//   stage; each of its 4 warps then owns 32 weight rows and streams them through its own 6-stage
+//   cp.async ring (128 K-columns = 4 scale blocks = 2 KiB per stage, no CTA barrier after the
+//   first stage). Hopper has no FP4 tensor cores; an e2m1 nibble becomes an e4m3 byte with two
+//   shifts and masks: sign to bit 7, the three magnitude bits to bits 4..2 — that byte is the e2m1
+//   value times 2^-6 exactly (normal and subnormal codes alike), and 2^6 goes into the scale. The
+//   even and odd nibbles of a byte land in different registers, so the tensor-core K order inside
+//   a 32-block is permuted; the activation fragments get the same permutation (two byte_perm),
+//   which leaves every 32-block's dot product unchanged. Per 32-block: mma.sync m16n8k32 e4m3 from
+//   zero (exact inputs), then promoted into the fp32 accumulator as (partial * 2^(e_w + 6)) *
+//   2^(e_x) in ascending block order — no dependence on the other pairs of the tile
+//   (batch-invariant rows).
 // moe_expert_tiles: one CTA scans the per-expert pair counts (CUB block scan) into tiles.
 // moe_swiglu_quant: 8 lanes per 32-block; the CPU's element arithmetic, then act_quant.
 
@@ -28,6 +29,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
 #include "kernels/cuda/moe/moe_expert.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
 
@@ -35,29 +37,36 @@ namespace di {
 namespace {
 
 using cuda_detail::cp_async16;
+using cuda_detail::cp_async4;
 using cuda_detail::cp_async_commit;
 using cuda_detail::cp_async_wait;
 
-constexpr int kWarps = 4;
-constexpr int kWarpRows = 32;  // two m16 tiles per warp
-constexpr int kCtaRows = kWarps * kWarpRows;
+constexpr int kWarps = 4;                // one warpgroup
+constexpr int kMTiles = 2;               // wgmma m64 tiles per CTA
+constexpr int kWarpRows = 16 * kMTiles;  // rows 16 w .. 16 w + 15 of each m64 tile
+constexpr int kCtaRows = 64 * kMTiles;
 constexpr int kStageCols = 128;                          // K columns per stage: 4 blocks of 32
-constexpr int kStageBytes = kWarpRows * kStageCols / 2;  // 2 KiB of e2m1 codes
+constexpr int kStageBytes = kWarpRows * kStageCols / 2;  // 2 KiB of e2m1 codes per warp
 constexpr int kStages = 6;
 constexpr int kTok = kMoeTileTokens;
 constexpr int kTilesThreads = 1024;
 constexpr int64_t kMaxK = 12288;
 
-// Activation row stride in shared memory: an odd multiple of 32 bytes, so that the 8 tokens'
-// 8-byte fragment loads of one block fall in distinct bank pairs (two wavefronts, the minimum).
-__host__ __device__ constexpr int64_t act_stride(int64_t k) {
-  return (k / 32) % 2 == 1 ? k : k + 32;
+// The activation scales' bytes, rounded up to keep the weight scales 16-byte aligned.
+__host__ __device__ constexpr int64_t sx_bytes(int64_t k) {
+  return (kTok * (k / 32) + 15) / 16 * 16;
 }
 
+// The activations: k / 32 blocks of 256 bytes, zero-padded to whole stages of 4 blocks (the
+// wgmmas of a partial last stage read them).
+__host__ __device__ constexpr int64_t act_bytes(int64_t k) {
+  return (k / 32 + 3) / 4 * 1024;
+}
+
+// Shared memory: the warps' weight rings, the activations, their scales, the weight scales.
 __host__ __device__ constexpr int64_t gemm_smem_bytes(int64_t k) {
-  const int64_t kb = k / 32;
-  return int64_t{kWarps} * kStages * kStageBytes + kTok * act_stride(k) + kTok * kb +
-         int64_t{kWarps} * kWarpRows * kb;
+  return int64_t{kWarps} * kStages * kStageBytes + act_bytes(k) + sx_bytes(k) +
+         int64_t{kWarps} * kWarpRows * (k / 32);
 }
 
 // e4m3 bytes (value * 2^-6) of the even / odd nibbles of 4 packed e2m1 pairs.
@@ -75,14 +84,27 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_p
                : "r"(a));
 }
 
-// d = A(16 x 32 e4m3) * B(32 x 8 e4m3), fp32, from a zero accumulator.
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
+// d = A(64 x 32 e4m3, registers: this warp's 16 rows) * B(32 x 8 e4m3, shared memory), fp32,
+// overwriting d (scale-d = 0).
+__device__ __forceinline__ void wgmma_rs_m64n8k32(float (&d)[4], const uint32_t (&a)[4],
+                                                  uint64_t desc_b) {
   asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%10,%10,%10,%10};"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, "
+      "1, 1;\n}\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(0));
+}
+
+// Descriptor of one activation block: 8 tokens x 32 K-slots, K-major, no swizzle: two 8 x 16-byte
+// core matrices (slots 0-15, then 16-31) 128 bytes apart (leading byte offset).
+__device__ __forceinline__ uint64_t act_block_desc(const void* block) {
+  const auto addr = static_cast<uint64_t>(__cvta_generic_to_shared(block));
+  return ((addr & 0x3FFFFull) >> 4) | ((128ull >> 4) << 16) | ((256ull >> 4) << 32);
+}
+
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 // Byte offset of 16-byte chunk c (scale block c of the stage) of ring row r: swizzled so that
@@ -98,119 +120,187 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   if (tile.expert < 0) return;  // uniform over the CTA
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int kb = static_cast<int>(p.k / 32);
-  const int64_t stride = act_stride(p.k);
   uint8_t* ring = smem + warp * kStages * kStageBytes;
   uint8_t* act = smem + kWarps * kStages * kStageBytes;
-  uint8_t* sx = act + kTok * stride;
-  uint8_t* sw = sx + kTok * kb + warp * kWarpRows * kb;
+  uint8_t* sx = act + act_bytes(p.k);
+  uint8_t* sw = sx + sx_bytes(p.k) + warp * kWarpRows * kb;
 
+  // The CTA's m64 tiles (n % 64 == 0: a tile lies in one matrix); a second tile past the end is
+  // skipped by the whole warpgroup.
   const int64_t out_cols = p.mats * p.n;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kCtaRows + warp * kWarpRows;
-  const bool active = col0 < out_cols;
-  const uint8_t* wcodes = nullptr;
-  const uint8_t* wscales = nullptr;
+  const int64_t cta_col0 = static_cast<int64_t>(blockIdx.x) * kCtaRows;
+  const int mtiles = cta_col0 + 64 < out_cols ? kMTiles : 1;
   const int64_t row_bytes = p.k / 2;
+  const uint8_t* wcodes[kMTiles];
+  const uint8_t* wscales[kMTiles];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    const int64_t col = cta_col0 + 64 * min(mt, mtiles - 1);  // a tile past the end repeats the
+                                                              // last one (computed, not stored)
+    const int64_t mat = col / p.n, row = col - mat * p.n + 16 * warp;
+    const Fp4ExpertMatrix m = p.weights[mat * p.experts + tile.expert];
+    wcodes[mt] = m.codes + row * row_bytes;
+    wscales[mt] = m.scales + row * kb;
+  }
   const int nstages = (kb + 3) / 4;
+  // Lane's 16-byte chunks of a stage: local rows r_i = lane / 4 + 8 i (tile i / 2), block lane % 4.
+  const uint8_t* wsrc[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    wsrc[i] = wcodes[i / 2] + ((lane >> 2) + 8 * (i % 2)) * row_bytes + (lane & 3) * 16;
   auto issue = [&](int s) {
     uint8_t* dst = ring + (s % kStages) * kStageBytes;
+    const bool valid = s * 4 + (lane & 3) < kb;  // only the last stage can be partial
 #pragma unroll
-    for (int i = 0; i < kStageBytes / 16 / 32; ++i) {
-      const int q = lane + 32 * i;
-      const int r = q >> 2, c = q & 3;
-      const int blk = s * 4 + c;
-      const bool valid = blk < kb;
-      cp_async16(dst + ring_offset(r, c), wcodes + r * row_bytes + (valid ? blk * 16 : 0), valid);
+    for (int i = 0; i < 4; ++i) {
+      const int r = (lane >> 2) + 8 * i;
+      cp_async16(dst + ring_offset(r, lane & 3), wsrc[i] + (valid ? s * 64 : 0), valid);
     }
   };
-  if (active) {
-    const int64_t mat = col0 / p.n, row0 = col0 - mat * p.n;
-    const Fp4ExpertMatrix m = p.weights[mat * p.experts + tile.expert];
-    wcodes = m.codes + row0 * row_bytes;
-    wscales = m.scales + row0 * kb;
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < nstages) issue(s);
-      cp_async_commit();
+  // Copy group 0: the warp's weight scales (per tile one contiguous, 16-byte aligned run of
+  // 16 * kb bytes), the activation scales, the first weight stage; groups 1 .. kStages - 2: the
+  // next stages.
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    for (int c = lane; c < kb; c += 32)
+      cp_async16(sw + mt * 16 * kb + 16 * c, wscales[mt] + 16 * c, true);
+  }
+  __shared__ int64_t arow[kTok];  // the tile's activation rows (absent tokens: the last one's)
+  if (threadIdx.x < kTok) {
+    const int64_t pair = tile.first_pair + min(static_cast<int>(threadIdx.x), tile.count - 1);
+    arow[threadIdx.x] = p.pair_index != nullptr ? p.pair_index[pair] / p.topk : pair;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int t = 0; t < kTok; ++t) {
+    const bool valid = t < tile.count;
+    if (kb % 4 == 0) {
+      for (int c = static_cast<int>(threadIdx.x); c < kb / 4; c += blockDim.x)
+        cp_async4(sx + t * kb + 4 * c, p.xq_scale + arow[t] * kb + 4 * c, valid);
+    } else {
+      for (int c = static_cast<int>(threadIdx.x); c < kb; c += blockDim.x)
+        sx[t * kb + c] = valid ? p.xq_scale[arow[t] * kb + c] : uint8_t{0};
+    }
+  }
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nstages) issue(s);
+    cp_async_commit();
+  }
+  // The activations, into the wgmma B layout: block b of token t is 32 bytes at b * 256 + 16 t
+  // (its even elements, the K order of the weight nibbles) and b * 256 + 128 + 16 t (its odd
+  // ones). Loaded in batches of 8 16-byte chunks per thread (absent tokens are zero).
+  const int64_t chunks = p.k / 16;  // per token; chunk c is half c % 2 of block c / 2
+  constexpr int kBatch = 8;
+  for (int64_t q0 = threadIdx.x; q0 < kTok * chunks; q0 += kBatch * blockDim.x) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int64_t q = q0 + i * blockDim.x;
+      const int t = static_cast<int>(q / chunks);
+      v[i] = make_uint4(0, 0, 0, 0);
+      if (q < kTok * chunks && t < tile.count)
+        v[i] = __ldg(reinterpret_cast<const uint4*>(p.xq + arow[t] * p.k) + (q - t * chunks));
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int64_t q = q0 + i * blockDim.x;
+      if (q >= kTok * chunks) break;
+      const int t = static_cast<int>(q / chunks);
+      const int64_t c = q - t * chunks;
+      uint8_t* dst = act + (c / 2) * 256 + 16 * t + 8 * (c % 2);
+      *reinterpret_cast<uint2*>(dst) =
+          make_uint2(__byte_perm(v[i].x, v[i].y, 0x6420), __byte_perm(v[i].z, v[i].w, 0x6420));
+      *reinterpret_cast<uint2*>(dst + 128) =
+          make_uint2(__byte_perm(v[i].x, v[i].y, 0x7531), __byte_perm(v[i].z, v[i].w, 0x7531));
     }
   }
 
-  // The tile's activations (absent tokens zero, scale 2^0), permuted per 8 bytes: 0 2 4 6 1 3 5 7.
-  const int64_t chunks = p.k / 16;
-  for (int64_t q = threadIdx.x; q < kTok * chunks; q += blockDim.x) {
-    const int t = static_cast<int>(q / chunks);
-    const int64_t c = q - t * chunks;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (t < tile.count) {
-      const int64_t pair = tile.first_pair + t;
-      const int64_t arow = p.pair_index != nullptr ? p.pair_index[pair] / p.topk : pair;
-      v = __ldg(reinterpret_cast<const uint4*>(p.xq + arow * p.k) + c);
-    }
-    const uint4 o = make_uint4(__byte_perm(v.x, v.y, 0x6420), __byte_perm(v.x, v.y, 0x7531),
-                               __byte_perm(v.z, v.w, 0x6420), __byte_perm(v.z, v.w, 0x7531));
-    *reinterpret_cast<uint4*>(act + t * stride + c * 16) = o;
-  }
-  for (int q = static_cast<int>(threadIdx.x); q < kTok * kb; q += blockDim.x) {
-    const int t = q / kb;
-    uint8_t s = 127;
-    if (t < tile.count) {
-      const int64_t pair = tile.first_pair + t;
-      const int64_t arow = p.pair_index != nullptr ? p.pair_index[pair] / p.topk : pair;
-      s = p.xq_scale[arow * kb + (q - t * kb)];
-    }
-    sx[q] = s;
-  }
-  // The warp's 32 rows of weight scales: one contiguous run of 32 * kb bytes (4-byte aligned).
-  if (active) {
-    const auto* src = reinterpret_cast<const uint32_t*>(wscales);
-    auto* dst = reinterpret_cast<uint32_t*>(sw);
-    for (int q = lane; q < kWarpRows * kb / 4; q += 32)
-      dst[q] = __ldg(src + q);
-  }
-  __syncthreads();
-  if (!active) return;
+  for (int64_t q = kTok * p.k / 16 + threadIdx.x; q < act_bytes(p.k) / 16; q += blockDim.x)
+    *reinterpret_cast<uint4*>(act + 16 * q) = make_uint4(0, 0, 0, 0);
 
   const int g = lane >> 2, t4 = lane & 3;
   const int lm_row = ((lane >> 3) & 1) * 8 + (lane & 7), lm_blk = lane >> 4;
-  float acc[2][4] = {};
+  // This thread's scale bytes (advanced by one stage = 4 blocks per iteration): weight rows
+  // g, g + 8 of each tile, tokens 2 t4 and 2 t4 + 1.
+  const uint8_t* swp[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    swp[mt][0] = sw + (mt * 16 + g) * kb;
+    swp[mt][1] = sw + (mt * 16 + g + 8) * kb;
+  }
+  const uint8_t* sxp0 = sx + 2 * t4 * kb;
+  const uint8_t* sxp1 = sxp0 + kb;
+  float acc[kMTiles][4] = {};
   for (int s = 0; s < nstages; ++s) {
     cp_async_wait<kStages - 2>();
-    __syncwarp();
+    if (s == 0) {
+      fence_proxy_async_smem();  // this thread's activation stores -> the wgmma (async) proxy
+      __syncthreads();           // the shared activations and every warp's scales have landed
+    } else {
+      __syncwarp();
+    }
     const uint8_t* st = ring + (s % kStages) * kStageBytes;
-    const int nb = min(4, kb - s * 4);
+    // A fragments of the stage: per block and tile, rows g / g + 8, even then odd nibbles. The
+    // blocks past k of a partial last stage are zero (zero-filled copies, zero scale below).
+    uint32_t a[4][kMTiles][4];
 #pragma unroll
     for (int bp = 0; bp < 2; ++bp) {
-      if (2 * bp >= nb) break;
-      uint32_t w[2][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        const int r = mt * 16 + lm_row;
-        ldmatrix_x4(w[mt], st + ring_offset(r, 2 * bp + lm_blk));
-      }
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        uint32_t w[4];
+        ldmatrix_x4(w, st + ring_offset(mt * 16 + lm_row, 2 * bp + lm_blk));
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (2 * bp + h >= nb) break;
-        const int blk = s * 4 + 2 * bp + h;
-        const uint2 b = *reinterpret_cast<const uint2*>(act + g * stride + blk * 32 + t4 * 8);
-        const float sx0 = __uint_as_float(static_cast<uint32_t>(sx[2 * t4 * kb + blk]) << 23);
-        const float sx1 = __uint_as_float(static_cast<uint32_t>(sx[(2 * t4 + 1) * kb + blk]) << 23);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          const uint32_t lo = w[mt][2 * h], hi = w[mt][2 * h + 1];
-          const uint32_t a[4] = {e2m1_even_to_e4m3(lo), e2m1_even_to_e4m3(hi), e2m1_odd_to_e4m3(lo),
-                                 e2m1_odd_to_e4m3(hi)};
-          float d[4];
-          mma_e4m3(d, a, b.x, b.y);
-          // 2^(e_w - 127) * 2^6 = the float with exponent field e_w + 6.
-          const float sw0 =
-              __uint_as_float((static_cast<uint32_t>(sw[(mt * 16 + g) * kb + blk]) + 6) << 23);
-          const float sw1 =
-              __uint_as_float((static_cast<uint32_t>(sw[(mt * 16 + g + 8) * kb + blk]) + 6) << 23);
-          acc[mt][0] = fmaf(d[0] * sw0, sx0, acc[mt][0]);
-          acc[mt][1] = fmaf(d[1] * sw0, sx1, acc[mt][1]);
-          acc[mt][2] = fmaf(d[2] * sw1, sx0, acc[mt][2]);
-          acc[mt][3] = fmaf(d[3] * sw1, sx1, acc[mt][3]);
+        for (int h = 0; h < 2; ++h) {
+          a[2 * bp + h][mt][0] = e2m1_even_to_e4m3(w[2 * h]);
+          a[2 * bp + h][mt][1] = e2m1_even_to_e4m3(w[2 * h + 1]);
+          a[2 * bp + h][mt][2] = e2m1_odd_to_e4m3(w[2 * h]);
+          a[2 * bp + h][mt][3] = e2m1_odd_to_e4m3(w[2 * h + 1]);
         }
       }
     }
+    float d[4][kMTiles][4];
+    const uint64_t desc0 = act_block_desc(act + s * 4 * 256);
+    fp8_sm90::wgmma_fence();
+#pragma unroll
+    for (int b = 0; b < 4; ++b)
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+        wgmma_rs_m64n8k32(d[b][mt], a[b][mt], desc0 + b * (256 >> 4));
+    fp8_sm90::wgmma_commit();
+    fp8_sm90::wgmma_wait<0>();
+    auto promote = [&](int b) {
+      const float sx0 = __uint_as_float(static_cast<uint32_t>(sxp0[b]) << 23);  // 2^(e_x - 127)
+      const float sx1 = __uint_as_float(static_cast<uint32_t>(sxp1[b]) << 23);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          fp8_sm90::fence_regs(d[b][mt][i]);
+        // 2^(e_w - 127) * 2^6 = the float with exponent field e_w + 6.
+        const float sw0 = __uint_as_float((static_cast<uint32_t>(swp[mt][0][b]) + 6) << 23);
+        const float sw1 = __uint_as_float((static_cast<uint32_t>(swp[mt][1][b]) + 6) << 23);
+        acc[mt][0] = fmaf(d[b][mt][0] * sw0, sx0, acc[mt][0]);
+        acc[mt][1] = fmaf(d[b][mt][1] * sw0, sx1, acc[mt][1]);
+        acc[mt][2] = fmaf(d[b][mt][2] * sw1, sx0, acc[mt][2]);
+        acc[mt][3] = fmaf(d[b][mt][3] * sw1, sx1, acc[mt][3]);
+      }
+    };
+    if (s * 4 + 4 <= kb) {
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        promote(b);
+    } else {  // the partial last stage: its blocks past k are not promoted
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        if (s * 4 + b < kb) promote(b);
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      swp[mt][0] += 4;
+      swp[mt][1] += 4;
+    }
+    sxp0 += 4;
+    sxp1 += 4;
     __syncwarp();
     if (s + kStages - 1 < nstages) issue(s + kStages - 1);
     cp_async_commit();
@@ -218,12 +308,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   cp_async_wait<0>();
 
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    if (mt >= mtiles) break;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int t = 2 * t4 + (i & 1);
       if (t >= tile.count) continue;
-      const int64_t col = col0 + mt * 16 + g + (i >> 1) * 8;
+      const int64_t col = cta_col0 + 64 * mt + 16 * warp + g + (i >> 1) * 8;
       const int64_t o = (tile.first_pair + t) * out_cols + col;
       if (p.precision == ActPrecision::kF32) {
         ops_detail::store1(static_cast<float*>(p.out) + o, acc[mt][i]);
@@ -327,7 +418,7 @@ void moe_expert_tiles(const MoeExpertTilesParams& p, cudaStream_t stream) {
 
 void moe_expert_gemm(const MoeExpertGemmParams& p, cudaStream_t stream) {
   DI_CHECK(p.mats == 1 || p.mats == 2, "moe_expert_gemm: mats {} (1 or 2)", p.mats);
-  DI_CHECK(p.n > 0 && p.n % 32 == 0, "moe_expert_gemm: n {} must be a positive multiple of 32",
+  DI_CHECK(p.n > 0 && p.n % 64 == 0, "moe_expert_gemm: n {} must be a positive multiple of 64",
            p.n);
   DI_CHECK(p.k > 0 && p.k % 32 == 0 && p.k <= kMaxK,
            "moe_expert_gemm: k {} must be a positive multiple of 32, at most {}", p.k, kMaxK);
