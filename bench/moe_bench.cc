@@ -2,7 +2,8 @@
 // 5120] and w2 [5120, 2304] with 1 x 32 UE8M0 scales (17.7 MB per expert, 6.8 GB in all, every
 // expert its own memory), top-6 routing of decode batches. Each line gives the per-launch time
 // (CUDA graph of 16 launches, median of 5 replays) of the w1|w3 grouped GEMM, the w2 grouped GEMM
-// and the whole routed-expert chain (tile list, w1|w3, SwiGLU + act_quant, w2), the FP4 weight
+// and the whole routed-expert chain (tile list, activation interleave, w1|w3, SwiGLU + act_quant,
+// w2), the FP4 weight
 // bytes the step must stream (codes + scales of the distinct experts its tokens select) and that
 // traffic per second: the "effective" FP4 streaming rate of issue 8 (target >= 2.5 TB/s at batch
 // 1-16), also as a fraction of the device-to-device copy bandwidth measured in the same run.
@@ -141,11 +142,13 @@ int run(int64_t only_batch) {
     }
     distinct /= kRoutings;
     DeviceBuffer xq(static_cast<size_t>(rows * kDim), "xq"), xs(rows * kDim / 32, "xs");
+    DeviceBuffer xq_nat(static_cast<size_t>(rows * kDim), "xq natural");
     DeviceBuffer gu(sizeof(float) * pairs * 2 * kInter, "gu");
     DeviceBuffer hq(static_cast<size_t>(pairs * kInter), "hq"), hs(pairs * kInter / 32, "hs");
     DeviceBuffer y(sizeof(float) * pairs * kDim, "y");
     DeviceBuffer wts(sizeof(float) * pairs, "route weights");
     xq.fill_async(0x38, st);
+    xq_nat.fill_async(0x38, st);
     xs.fill_async(120, st);
     wts.fill_async(0, st);
     auto gemm = [&](const Routing& rt, bool first, cudaStream_t s) {
@@ -175,6 +178,7 @@ int run(int64_t only_batch) {
       p.limit = 10.0f;
       p.codes = hq.as<uint8_t>();
       p.scales = hs.as<uint8_t>();
+      p.interleave = true;
       moe_swiglu_quant(p, s);
     };
     hq.fill_async(0x38, st);
@@ -193,6 +197,12 @@ int run(int64_t only_batch) {
       tp.pairs = pairs;
       tp.tiles = const_cast<MoeExpertTile*>(rt.tiles.as<MoeExpertTile>());
       moe_expert_tiles(tp, s);
+      MoeInterleaveParams ip;
+      ip.src = xq_nat.as<uint8_t>();
+      ip.dst = xq.as<uint8_t>();
+      ip.rows = rows;
+      ip.k = kDim;
+      moe_interleave_act(ip, s);
       gemm(rt, true, s);
       swiglu(rt, s);
       gemm(rt, false, s);

@@ -114,6 +114,16 @@ struct MoeExpertGemmParams {
   ActPrecision precision = ActPrecision::kF32;
 };
 
+// The activation order of the grouped expert GEMM: in every 32-block of a row its 16 even
+// elements, then its 16 odd ones (the K order in which the FP4 weight nibbles reach the tensor
+// cores). dst[r, 32 b + i] = src[r, 32 b + 2 i], dst[r, 32 b + 16 + i] = src[r, 32 b + 2 i + 1].
+struct MoeInterleaveParams {
+  const uint8_t* src = nullptr;  // [rows, k] e4m3 codes, 16-byte aligned
+  uint8_t* dst = nullptr;        // [rows, k], 16-byte aligned, not overlapping src
+  int64_t rows = 0;
+  int64_t k = 0;  // % 32 == 0
+};
+
 // h = weight * silu(min(g, L)) * clamp(u, -L, L) in fp32 (rounded to the storage precision), then
 // act_quant (block 32) of h, the w2 input. The CPU's arithmetic: exp rounded to fp32 once, IEEE
 // division, left-to-right products.
@@ -128,6 +138,7 @@ struct MoeSwigluQuantParams {
   ActPrecision precision = ActPrecision::kF32;
   uint8_t* codes = nullptr;   // [pairs, inter] e4m3
   uint8_t* scales = nullptr;  // [pairs, inter / 32] UE8M0
+  bool interleave = false;    // codes in the expert GEMM's interleaved order (w2's input)
 };
 
 }  // namespace di

@@ -72,7 +72,19 @@ Fp4Matrix random_fp4(int64_t n, int64_t k, uint64_t seed, cudaStream_t st) {
   return m;
 }
 
-// e4m3 activations (any finite code, UE8M0 scales per 32) and their values.
+// Host copy of moe_interleave_act: per 32-block the even elements, then the odd ones.
+std::vector<uint8_t> interleaved(const std::vector<uint8_t>& v) {
+  std::vector<uint8_t> out(v.size());
+  for (size_t b = 0; b < v.size(); b += 32)
+    for (size_t i = 0; i < 16; ++i) {
+      out[b + i] = v[b + 2 * i];
+      out[b + 16 + i] = v[b + 2 * i + 1];
+    }
+  return out;
+}
+
+// e4m3 activations (any finite code, UE8M0 scales per 32) and their values; the device copy is
+// in the expert GEMM's interleaved order.
 struct Act {
   int64_t rows = 0, k = 0;
   std::vector<uint8_t> codes, scales;
@@ -98,7 +110,7 @@ Act random_act(int64_t rows, int64_t k, uint64_t seed, cudaStream_t st) {
     const int s = a.scales[i / 32];
     a.val[i] = e4m3_to_float(a.codes[i]) * std::ldexp(1.0f, s - 127);
   }
-  a.d_codes = upload(a.codes, st, "act codes");
+  a.d_codes = upload(interleaved(a.codes), st, "act codes");
   a.d_scales = upload(a.scales, st, "act scales");
   return a;
 }
@@ -407,6 +419,7 @@ TEST(MoeExpertGpu, SwigluQuantMatchesCpu) {
   for (const ActPrecision prec : {ActPrecision::kF32, ActPrecision::kBF16}) {
     for (const float limit : {10.0f, 0.0f}) {
       for (const bool weighted : {true, false}) {
+        const bool interleave = weighted;  // both orders, each with and without weights
         const bool bf16 = prec == ActPrecision::kBF16;
         auto gu = random_normal(static_cast<size_t>(pairs * 2 * kInter), 60 + bf16, 6.0f);
         if (bf16) gu = from_bf16(to_bf16(gu));
@@ -423,8 +436,17 @@ TEST(MoeExpertGpu, SwigluQuantMatchesCpu) {
         p.precision = prec;
         p.codes = codes.as<uint8_t>();
         p.scales = scales.as<uint8_t>();
+        p.interleave = interleave;
         moe_swiglu_quant(p, st);
-        const auto c = download<uint8_t>(codes, static_cast<size_t>(pairs * kInter), st);
+        auto c = download<uint8_t>(codes, static_cast<size_t>(pairs * kInter), st);
+        if (interleave) {  // back to the natural order
+          const std::vector<uint8_t> il = c;
+          for (size_t b = 0; b < c.size(); b += 32)
+            for (size_t i = 0; i < 16; ++i) {
+              c[b + 2 * i] = il[b + i];
+              c[b + 2 * i + 1] = il[b + 16 + i];
+            }
+        }
         const auto s = download<uint8_t>(scales, static_cast<size_t>(pairs * kInter / 32), st);
         int64_t mismatches = 0;
         for (int64_t q = 0; q < pairs; ++q) {
@@ -450,10 +472,35 @@ TEST(MoeExpertGpu, SwigluQuantMatchesCpu) {
           }
         }
         EXPECT_EQ(mismatches, 0) << (bf16 ? "bf16" : "fp32") << " limit " << limit
-                                 << (weighted ? " weighted" : "");
+                                 << (weighted ? " weighted, interleaved" : "");
       }
     }
   }
+}
+
+TEST(MoeExpertGpu, InterleaveIsTheBlockPermutation) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const int64_t rows = 7, k = kDim;
+  std::mt19937_64 rng(77);
+  std::vector<uint8_t> src(static_cast<size_t>(rows * k));
+  for (auto& b : src)
+    b = static_cast<uint8_t>(rng());
+  const DeviceBuffer d_src = upload(src, st);
+  DeviceBuffer d_dst = poisoned<uint8_t>(src.size(), st);
+  MoeInterleaveParams p;
+  p.src = d_src.as<uint8_t>();
+  p.dst = d_dst.as<uint8_t>();
+  p.rows = rows;
+  p.k = k;
+  moe_interleave_act(p, st);
+  EXPECT_EQ(download<uint8_t>(d_dst, src.size(), st), interleaved(src));
+  p.k = 48;
+  EXPECT_THROW(moe_interleave_act(p, st), Error);
+  p.k = k;
+  p.dst = const_cast<uint8_t*>(p.src);  // in place is not allowed
+  EXPECT_THROW(moe_interleave_act(p, st), Error);
 }
 
 TEST(MoeExpertGpu, LauncherRejectsBadParams) {

@@ -2,20 +2,21 @@
 // streamed once per step at close to HBM speed, every tile of <= 8 pairs of an expert reads its
 // expert's weights once.
 //
-// moe_expert_gemm: grid (128-column slices of the mats * n outputs, expert tiles). A CTA copies
-//   its tile's activation rows (e4m3, gathered through pair_index for w1/w3) and their scales into
-//   shared memory once, in the same cp.async group as each warp's weight scales and first weight
-//   stage; each of its 4 warps then owns 32 weight rows and streams them through its own 6-stage
-//   cp.async ring (128 K-columns = 4 scale blocks = 2 KiB per stage, no CTA barrier after the
-//   first stage). Hopper has no FP4 tensor cores; an e2m1 nibble becomes an e4m3 byte with two
+// moe_expert_gemm: grid (128-column slices of the mats * n outputs, expert tiles), 3 CTAs per
+//   SM. Each of the CTA's 4 warps (one warpgroup) owns 16 rows of each of the CTA's two m64 tiles
+//   and streams them through its own 5-stage cp.async ring (128 K-columns = 4 scale blocks =
+//   2 KiB per stage); the same copy groups bring the stage's activations (8 tokens x 4 blocks,
+//   gathered through pair_index for w1/w3, a quarter per warp) into a CTA ring, so nothing waits
+//   for a prologue. Hopper has no FP4 tensor cores; an e2m1 nibble becomes an e4m3 byte with two
 //   shifts and masks: sign to bit 7, the three magnitude bits to bits 4..2 — that byte is the e2m1
 //   value times 2^-6 exactly (normal and subnormal codes alike), and 2^6 goes into the scale. The
 //   even and odd nibbles of a byte land in different registers, so the tensor-core K order inside
-//   a 32-block is permuted; the activation fragments get the same permutation (two byte_perm),
-//   which leaves every 32-block's dot product unchanged. Per 32-block: mma.sync m16n8k32 e4m3 from
-//   zero (exact inputs), then promoted into the fp32 accumulator as (partial * 2^(e_w + 6)) *
-//   2^(e_x) in ascending block order — no dependence on the other pairs of the tile
-//   (batch-invariant rows).
+//   a 32-block is "even elements, then odd ones": the activations come in that order
+//   (moe_interleave_act / moe_swiglu_quant's interleaved output), which leaves every 32-block's
+//   dot product unchanged. Per stage: 8 wgmma m64n8k32 e4m3 with the weights from registers and
+//   the activations from shared memory, each from zero (exact inputs), then promoted into the
+//   fp32 accumulators as (partial * 2^(e_w + 6)) * 2^(e_x) in ascending block order — no
+//   dependence on the other pairs of the tile (batch-invariant rows).
 // moe_expert_tiles: one CTA scans the per-expert pair counts (CUB block scan) into tiles.
 // moe_swiglu_quant: 8 lanes per 32-block; the CPU's element arithmetic, then act_quant.
 
@@ -47,7 +48,8 @@ constexpr int kWarpRows = 16 * kMTiles;  // rows 16 w .. 16 w + 15 of each m64 t
 constexpr int kCtaRows = 64 * kMTiles;
 constexpr int kStageCols = 128;                          // K columns per stage: 4 blocks of 32
 constexpr int kStageBytes = kWarpRows * kStageCols / 2;  // 2 KiB of e2m1 codes per warp
-constexpr int kStages = 6;
+constexpr int kStages = 5;
+constexpr int kBStageBytes = 1024;  // a stage's activations: 4 blocks x 8 tokens x 32 bytes
 constexpr int kTok = kMoeTileTokens;
 constexpr int kTilesThreads = 1024;
 constexpr int64_t kMaxK = 12288;
@@ -57,15 +59,10 @@ __host__ __device__ constexpr int64_t sx_bytes(int64_t k) {
   return (kTok * (k / 32) + 15) / 16 * 16;
 }
 
-// The activations: k / 32 blocks of 256 bytes, zero-padded to whole stages of 4 blocks (the
-// wgmmas of a partial last stage read them).
-__host__ __device__ constexpr int64_t act_bytes(int64_t k) {
-  return (k / 32 + 3) / 4 * 1024;
-}
-
-// Shared memory: the warps' weight rings, the activations, their scales, the weight scales.
+// Shared memory: the warps' weight rings, the activation ring, the activation scales, the
+// weight scales (3 CTAs per SM at k = 5120).
 __host__ __device__ constexpr int64_t gemm_smem_bytes(int64_t k) {
-  return int64_t{kWarps} * kStages * kStageBytes + act_bytes(k) + sx_bytes(k) +
+  return int64_t{kWarps} * kStages * kStageBytes + kStages * kBStageBytes + sx_bytes(k) +
          int64_t{kWarps} * kWarpRows * (k / 32);
 }
 
@@ -113,7 +110,7 @@ __device__ __forceinline__ int ring_offset(int r, int c) {
   return r * (kStageCols / 2) + ((c ^ ((r >> 1) & 3)) << 4);
 }
 
-__global__ void __launch_bounds__(kWarps * 32, 2)
+__global__ void __launch_bounds__(kWarps * 32, 3)
     moe_expert_gemm_kernel(const MoeExpertGemmParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const MoeExpertTile tile = p.tiles[blockIdx.y];
@@ -121,12 +118,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int kb = static_cast<int>(p.k / 32);
   uint8_t* ring = smem + warp * kStages * kStageBytes;
-  uint8_t* act = smem + kWarps * kStages * kStageBytes;
-  uint8_t* sx = act + act_bytes(p.k);
+  uint8_t* bring = smem + kWarps * kStages * kStageBytes;  // activation stages, 1 KiB each
+  uint8_t* sx = bring + kStages * kBStageBytes;
   uint8_t* sw = sx + sx_bytes(p.k) + warp * kWarpRows * kb;
 
-  // The CTA's m64 tiles (n % 64 == 0: a tile lies in one matrix); a second tile past the end is
-  // skipped by the whole warpgroup.
+  // The CTA's m64 tiles (n % 64 == 0: a tile lies in one matrix); a tile past the end repeats
+  // the last one (computed, never stored).
   const int64_t out_cols = p.mats * p.n;
   const int64_t cta_col0 = static_cast<int64_t>(blockIdx.x) * kCtaRows;
   const int mtiles = cta_col0 + 64 < out_cols ? kMTiles : 1;
@@ -135,19 +132,27 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const uint8_t* wscales[kMTiles];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
-    const int64_t col = cta_col0 + 64 * min(mt, mtiles - 1);  // a tile past the end repeats the
-                                                              // last one (computed, not stored)
+    const int64_t col = cta_col0 + 64 * min(mt, mtiles - 1);
     const int64_t mat = col / p.n, row = col - mat * p.n + 16 * warp;
     const Fp4ExpertMatrix m = p.weights[mat * p.experts + tile.expert];
     wcodes[mt] = m.codes + row * row_bytes;
     wscales[mt] = m.scales + row * kb;
   }
   const int nstages = (kb + 3) / 4;
-  // Lane's 16-byte chunks of a stage: local rows r_i = lane / 4 + 8 i (tile i / 2), block lane % 4.
+  // Weights: the lane's 16-byte chunks of a stage are local rows lane / 4 + 8 i (tile i / 2),
+  // block lane % 4. Activations: warp w copies block w of the stage, lanes 0-15 one 16-byte
+  // half each (token lane / 2, even or odd elements by lane % 2) from the interleaved rows.
   const uint8_t* wsrc[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
     wsrc[i] = wcodes[i / 2] + ((lane >> 2) + 8 * (i % 2)) * row_bytes + (lane & 3) * 16;
+  const int bt = (lane & 15) >> 1;
+  const bool b_tok = lane < 16 && bt < tile.count;
+  const int64_t b_pair = tile.first_pair + min(bt, tile.count - 1);
+  const uint8_t* bsrc = p.xq +
+                        (p.pair_index != nullptr ? p.pair_index[b_pair] / p.topk : b_pair) * p.k +
+                        warp * 32 + (lane & 1) * 16;
+  const int b_dst = warp * 256 + (lane & 1) * 128 + bt * 16;
   auto issue = [&](int s) {
     uint8_t* dst = ring + (s % kStages) * kStageBytes;
     const bool valid = s * 4 + (lane & 3) < kb;  // only the last stage can be partial
@@ -156,67 +161,36 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       const int r = (lane >> 2) + 8 * i;
       cp_async16(dst + ring_offset(r, lane & 3), wsrc[i] + (valid ? s * 64 : 0), valid);
     }
+    if (lane < 16) {
+      const bool bvalid = b_tok && s * 4 + warp < kb;
+      cp_async16(bring + (s % kStages) * kBStageBytes + b_dst, bsrc + (bvalid ? s * 128 : 0),
+                 bvalid);
+    }
   };
   // Copy group 0: the warp's weight scales (per tile one contiguous, 16-byte aligned run of
-  // 16 * kb bytes), the activation scales, the first weight stage; groups 1 .. kStages - 2: the
-  // next stages.
+  // 16 * kb bytes), the activation scales, the first stage; groups 1 .. kStages - 2: the next
+  // stages.
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
     for (int c = lane; c < kb; c += 32)
       cp_async16(sw + mt * 16 * kb + 16 * c, wscales[mt] + 16 * c, true);
   }
-  __shared__ int64_t arow[kTok];  // the tile's activation rows (absent tokens: the last one's)
-  if (threadIdx.x < kTok) {
-    const int64_t pair = tile.first_pair + min(static_cast<int>(threadIdx.x), tile.count - 1);
-    arow[threadIdx.x] = p.pair_index != nullptr ? p.pair_index[pair] / p.topk : pair;
-  }
-  __syncthreads();
-#pragma unroll
   for (int t = 0; t < kTok; ++t) {
     const bool valid = t < tile.count;
+    const int64_t pair = tile.first_pair + (valid ? t : 0);
+    const int64_t arow = p.pair_index != nullptr ? p.pair_index[pair] / p.topk : pair;
     if (kb % 4 == 0) {
       for (int c = static_cast<int>(threadIdx.x); c < kb / 4; c += blockDim.x)
-        cp_async4(sx + t * kb + 4 * c, p.xq_scale + arow[t] * kb + 4 * c, valid);
+        cp_async4(sx + t * kb + 4 * c, p.xq_scale + arow * kb + 4 * c, valid);
     } else {
       for (int c = static_cast<int>(threadIdx.x); c < kb; c += blockDim.x)
-        sx[t * kb + c] = valid ? p.xq_scale[arow[t] * kb + c] : uint8_t{0};
+        sx[t * kb + c] = valid ? p.xq_scale[arow * kb + c] : uint8_t{0};
     }
   }
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < nstages) issue(s);
     cp_async_commit();
   }
-  // The activations, into the wgmma B layout: block b of token t is 32 bytes at b * 256 + 16 t
-  // (its even elements, the K order of the weight nibbles) and b * 256 + 128 + 16 t (its odd
-  // ones). Loaded in batches of 8 16-byte chunks per thread (absent tokens are zero).
-  const int64_t chunks = p.k / 16;  // per token; chunk c is half c % 2 of block c / 2
-  constexpr int kBatch = 8;
-  for (int64_t q0 = threadIdx.x; q0 < kTok * chunks; q0 += kBatch * blockDim.x) {
-    uint4 v[kBatch];
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int64_t q = q0 + i * blockDim.x;
-      const int t = static_cast<int>(q / chunks);
-      v[i] = make_uint4(0, 0, 0, 0);
-      if (q < kTok * chunks && t < tile.count)
-        v[i] = __ldg(reinterpret_cast<const uint4*>(p.xq + arow[t] * p.k) + (q - t * chunks));
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int64_t q = q0 + i * blockDim.x;
-      if (q >= kTok * chunks) break;
-      const int t = static_cast<int>(q / chunks);
-      const int64_t c = q - t * chunks;
-      uint8_t* dst = act + (c / 2) * 256 + 16 * t + 8 * (c % 2);
-      *reinterpret_cast<uint2*>(dst) =
-          make_uint2(__byte_perm(v[i].x, v[i].y, 0x6420), __byte_perm(v[i].z, v[i].w, 0x6420));
-      *reinterpret_cast<uint2*>(dst + 128) =
-          make_uint2(__byte_perm(v[i].x, v[i].y, 0x7531), __byte_perm(v[i].z, v[i].w, 0x7531));
-    }
-  }
-
-  for (int64_t q = kTok * p.k / 16 + threadIdx.x; q < act_bytes(p.k) / 16; q += blockDim.x)
-    *reinterpret_cast<uint4*>(act + 16 * q) = make_uint4(0, 0, 0, 0);
 
   const int g = lane >> 2, t4 = lane & 3;
   const int lm_row = ((lane >> 3) & 1) * 8 + (lane & 7), lm_blk = lane >> 4;
@@ -233,15 +207,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   float acc[kMTiles][4] = {};
   for (int s = 0; s < nstages; ++s) {
     cp_async_wait<kStages - 2>();
-    if (s == 0) {
-      fence_proxy_async_smem();  // this thread's activation stores -> the wgmma (async) proxy
-      __syncthreads();           // the shared activations and every warp's scales have landed
-    } else {
-      __syncwarp();
-    }
+    fence_proxy_async_smem();  // this thread's copies of the stage -> the wgmma (async) proxy
+    __syncthreads();           // every warp's part of the stage's activations has landed
     const uint8_t* st = ring + (s % kStages) * kStageBytes;
     // A fragments of the stage: per block and tile, rows g / g + 8, even then odd nibbles. The
-    // blocks past k of a partial last stage are zero (zero-filled copies, zero scale below).
+    // blocks past k of a partial last stage are zero (zero-filled copies), and not promoted.
     uint32_t a[4][kMTiles][4];
 #pragma unroll
     for (int bp = 0; bp < 2; ++bp) {
@@ -259,7 +229,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       }
     }
     float d[4][kMTiles][4];
-    const uint64_t desc0 = act_block_desc(act + s * 4 * 256);
+    const uint64_t desc0 = act_block_desc(bring + (s % kStages) * kBStageBytes);
     fp8_sm90::wgmma_fence();
 #pragma unroll
     for (int b = 0; b < 4; ++b)
@@ -392,11 +362,48 @@ __global__ void __launch_bounds__(256) moe_swiglu_quant_kernel(const MoeSwigluQu
   const float inv = inv_scale_from_byte(byte);
   const float4 q = make_float4(__fmul_rn(v.x, inv), __fmul_rn(v.y, inv), __fmul_rn(v.z, inv),
                                __fmul_rn(v.w, inv));
-  *reinterpret_cast<uint32_t*>(p.codes + pair * p.inter + j) = e4m3x4(q);
+  const uint32_t codes = e4m3x4(q);
+  uint8_t* row_codes = p.codes + pair * p.inter;
+  if (p.interleave) {  // elements j .. j + 3: the evens to 2 m, 2 m + 1, the odds to 16 + 2 m ..
+    const int64_t blk = j / 32 * 32, m = (j % 32) / 4;
+    *reinterpret_cast<uint16_t*>(row_codes + blk + 2 * m) =
+        static_cast<uint16_t>(__byte_perm(codes, 0, 0x0020));
+    *reinterpret_cast<uint16_t*>(row_codes + blk + 16 + 2 * m) =
+        static_cast<uint16_t>(__byte_perm(codes, 0, 0x0031));
+  } else {
+    *reinterpret_cast<uint32_t*>(row_codes + j) = codes;
+  }
   if ((threadIdx.x & 7) == 0) p.scales[pair * (p.inter / 32) + j / 32] = static_cast<uint8_t>(byte);
 }
 
+// One thread per 32-block.
+__global__ void __launch_bounds__(256) moe_interleave_kernel(const MoeInterleaveParams p) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.rows * (p.k / 32)) return;
+  const uint4 a = __ldg(reinterpret_cast<const uint4*>(p.src) + 2 * i);
+  const uint4 b = __ldg(reinterpret_cast<const uint4*>(p.src) + 2 * i + 1);
+  uint4* dst = reinterpret_cast<uint4*>(p.dst) + 2 * i;
+  dst[0] = make_uint4(__byte_perm(a.x, a.y, 0x6420), __byte_perm(a.z, a.w, 0x6420),
+                      __byte_perm(b.x, b.y, 0x6420), __byte_perm(b.z, b.w, 0x6420));
+  dst[1] = make_uint4(__byte_perm(a.x, a.y, 0x7531), __byte_perm(a.z, a.w, 0x7531),
+                      __byte_perm(b.x, b.y, 0x7531), __byte_perm(b.z, b.w, 0x7531));
+}
+
 }  // namespace
+
+void moe_interleave_act(const MoeInterleaveParams& p, cudaStream_t stream) {
+  DI_CHECK(p.rows >= 0 && p.k > 0 && p.k % 32 == 0,
+           "moe_interleave_act: rows {} k {} (k a positive multiple of 32)", p.rows, p.k);
+  if (p.rows == 0) return;
+  DI_CHECK(p.src != nullptr && p.dst != nullptr && p.src != p.dst,
+           "moe_interleave_act: null or identical src / dst (rows {}, k {})", p.rows, p.k);
+  DI_CHECK(
+      reinterpret_cast<uintptr_t>(p.src) % 16 == 0 && reinterpret_cast<uintptr_t>(p.dst) % 16 == 0,
+      "moe_interleave_act: src and dst must be 16-byte aligned");
+  const int64_t blocks = p.rows * (p.k / 32);
+  moe_interleave_kernel<<<static_cast<unsigned>((blocks + 255) / 256), 256, 0, stream>>>(p);
+  DI_CUDA_CHECK(cudaGetLastError());
+}
 
 int64_t moe_expert_tile_bound(int32_t experts, int64_t pairs) {
   DI_CHECK(experts > 0 && pairs >= 0, "moe_expert_tile_bound: experts {} pairs {}", experts, pairs);

@@ -19,6 +19,9 @@ int64_t moe_expert_tile_bound(int32_t experts, int64_t pairs);
 // Tile list (expert, first pair, count) from moe_permute's offsets.
 void moe_expert_tiles(const MoeExpertTilesParams& params, cudaStream_t stream);
 
+// The expert GEMM's activation order (even elements, then odd ones, per 32-block).
+void moe_interleave_act(const MoeInterleaveParams& params, cudaStream_t stream);
+
 // out = the routed experts' FP4 GEMM over their pairs (decode regime: weight streaming).
 void moe_expert_gemm(const MoeExpertGemmParams& params, cudaStream_t stream);
 
