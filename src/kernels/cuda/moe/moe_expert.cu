@@ -2,24 +2,27 @@
 // streamed once per step at close to HBM speed, every tile of <= 8 pairs of an expert reads its
 // expert's weights once.
 //
-// moe_expert_gemm: grid (128-column slices of the mats * n outputs, expert tiles), 3 CTAs per
-//   SM. Each of the CTA's 4 warps (one warpgroup) owns 16 rows of each of the CTA's two m64 tiles
-//   and streams them through its own 5-stage cp.async ring (128 K-columns = 4 scale blocks =
-//   2 KiB per stage); the same copy groups bring the stage's activations (8 tokens x 4 blocks,
-//   gathered through pair_index for w1/w3, a quarter per warp) into a CTA ring, so nothing waits
-//   for a prologue. Hopper has no FP4 tensor cores; an e2m1 nibble becomes an e4m3 byte with two
-//   shifts and masks: sign to bit 7, the three magnitude bits to bits 4..2 — that byte is the e2m1
-//   value times 2^-6 exactly (normal and subnormal codes alike), and 2^6 goes into the scale. The
-//   even and odd nibbles of a byte land in different registers, so the tensor-core K order inside
-//   a 32-block is "even elements, then odd ones": the activations come in that order
-//   (moe_interleave_act / moe_swiglu_quant's interleaved output), which leaves every 32-block's
-//   dot product unchanged. Per stage: 8 wgmma m64n8k32 e4m3 with the weights from registers and
-//   the activations from shared memory, each from zero (exact inputs), then promoted into the
-//   fp32 accumulators as (partial * 2^(e_w + 6)) * 2^(e_x) in ascending block order — no
-//   dependence on the other pairs of the tile (batch-invariant rows).
+// moe_expert_gemm: grid (2 x 128-column slices of the mats * n outputs, expert tiles); the two
+//   CTAs of a slice form a cluster and split K in halves (a fixed split: a function of k only),
+//   4 CTAs per SM. Each of the CTA's 4 warps (one warpgroup) owns 16 rows of each of the CTA's
+//   two m64 tiles and streams them through its own 5-stage cp.async ring (128 K-columns = 4
+//   scale blocks = 2 KiB per stage); the same copy groups bring the stage's activations (8 tokens
+//   x 4 blocks, gathered through pair_index for w1/w3, a quarter per warp) into a CTA ring, so
+//   nothing waits for a prologue. Hopper has no FP4 tensor cores; an e2m1 nibble becomes an e4m3
+//   byte with two shifts and masks: sign to bit 7, the three magnitude bits to bits 4..2 — that
+//   byte is the e2m1 value times 2^-6 exactly (normal and subnormal codes alike), and 2^6 goes
+//   into the scale. The even and odd nibbles of a byte land in different registers, so the
+//   tensor-core K order inside a 32-block is "even elements, then odd ones": the activations come
+//   in that order (moe_interleave_act / moe_swiglu_quant's interleaved output), which leaves every
+//   32-block's dot product unchanged. Per stage: 8 wgmma m64n8k32 e4m3 with the weights from
+//   registers and the activations from shared memory, each from zero (exact inputs), then
+//   promoted into the fp32 accumulators as (partial * 2^(e_w + 6)) * 2^(e_x) in ascending block
+//   order; the second half's sums are added to the first's through distributed shared memory.
+//   Nothing depends on the other pairs of the tile (batch-invariant rows).
 // moe_expert_tiles: one CTA scans the per-expert pair counts (CUB block scan) into tiles.
 // moe_swiglu_quant: 8 lanes per 32-block; the CPU's element arithmetic, then act_quant.
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -37,6 +40,8 @@
 namespace di {
 namespace {
 
+namespace cg = cooperative_groups;
+
 using cuda_detail::cp_async16;
 using cuda_detail::cp_async4;
 using cuda_detail::cp_async_commit;
@@ -49,21 +54,18 @@ constexpr int kCtaRows = 64 * kMTiles;
 constexpr int kStageCols = 128;                          // K columns per stage: 4 blocks of 32
 constexpr int kStageBytes = kWarpRows * kStageCols / 2;  // 2 KiB of e2m1 codes per warp
 constexpr int kStages = 5;
+constexpr int kSplit = 2;           // K halves per 128-row slice: a cluster of 2 CTAs
 constexpr int kBStageBytes = 1024;  // a stage's activations: 4 blocks x 8 tokens x 32 bytes
 constexpr int kTok = kMoeTileTokens;
 constexpr int kTilesThreads = 1024;
 constexpr int64_t kMaxK = 12288;
 
-// The activation scales' bytes, rounded up to keep the weight scales 16-byte aligned.
-__host__ __device__ constexpr int64_t sx_bytes(int64_t k) {
-  return (kTok * (k / 32) + 15) / 16 * 16;
-}
-
-// Shared memory: the warps' weight rings, the activation ring, the activation scales, the
-// weight scales (3 CTAs per SM at k = 5120).
+// Shared memory: the warps' weight rings, the activation ring, the half's activation scales and
+// weight scales (4 CTAs per SM at k = 5120).
 __host__ __device__ constexpr int64_t gemm_smem_bytes(int64_t k) {
-  return int64_t{kWarps} * kStages * kStageBytes + kStages * kBStageBytes + sx_bytes(k) +
-         int64_t{kWarps} * kWarpRows * (k / 32);
+  const int64_t kbl_max = 4 * (((k / 32 + 3) / 4 + 1) / 2);
+  return int64_t{kWarps} * kStages * kStageBytes + kStages * kBStageBytes +
+         (kTok + int64_t{kWarps} * kWarpRows) * kbl_max;
 }
 
 // e4m3 bytes (value * 2^-6) of the even / odd nibbles of 4 packed e2m1 pairs.
@@ -110,22 +112,30 @@ __device__ __forceinline__ int ring_offset(int r, int c) {
   return r * (kStageCols / 2) + ((c ^ ((r >> 1) & 3)) << 4);
 }
 
-__global__ void __launch_bounds__(kWarps * 32, 3)
+__global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, 4)
     moe_expert_gemm_kernel(const MoeExpertGemmParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const MoeExpertTile tile = p.tiles[blockIdx.y];
   if (tile.expert < 0) return;  // uniform over the CTA
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int kb = static_cast<int>(p.k / 32);
+  // This CTA's half of K (cluster rank 0: the first ceil(stages / 2) stages), in whole stages.
+  const int rank = static_cast<int>(blockIdx.x) % kSplit;
+  const int total_stages = (kb + 3) / 4, half_stages = (total_stages + 1) / 2;
+  const int s0 = rank == 0 ? 0 : half_stages;
+  const int nstages = rank == 0 ? half_stages : total_stages - half_stages;
+  const int blk0 = 4 * s0;                                     // first block of the half
+  const int kbl = max(0, min(kb, 4 * (s0 + nstages)) - blk0);  // its blocks
+  const int kbl_max = 4 * half_stages;                         // shared-memory rows of scales
   uint8_t* ring = smem + warp * kStages * kStageBytes;
   uint8_t* bring = smem + kWarps * kStages * kStageBytes;  // activation stages, 1 KiB each
   uint8_t* sx = bring + kStages * kBStageBytes;
-  uint8_t* sw = sx + sx_bytes(p.k) + warp * kWarpRows * kb;
+  uint8_t* sw = sx + kTok * kbl_max + warp * kWarpRows * kbl_max;
 
   // The CTA's m64 tiles (n % 64 == 0: a tile lies in one matrix); a tile past the end repeats
   // the last one (computed, never stored).
   const int64_t out_cols = p.mats * p.n;
-  const int64_t cta_col0 = static_cast<int64_t>(blockIdx.x) * kCtaRows;
+  const int64_t cta_col0 = static_cast<int64_t>(blockIdx.x / kSplit) * kCtaRows;
   const int mtiles = cta_col0 + 64 < out_cols ? kMTiles : 1;
   const int64_t row_bytes = p.k / 2;
   const uint8_t* wcodes[kMTiles];
@@ -138,7 +148,6 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     wcodes[mt] = m.codes + row * row_bytes;
     wscales[mt] = m.scales + row * kb;
   }
-  const int nstages = (kb + 3) / 4;
   // Weights: the lane's 16-byte chunks of a stage are local rows lane / 4 + 8 i (tile i / 2),
   // block lane % 4. Activations: warp w copies block w of the stage, lanes 0-15 one 16-byte
   // half each (token lane / 2, even or odd elements by lane % 2) from the interleaved rows.
@@ -153,38 +162,58 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
                         (p.pair_index != nullptr ? p.pair_index[b_pair] / p.topk : b_pair) * p.k +
                         warp * 32 + (lane & 1) * 16;
   const int b_dst = warp * 256 + (lane & 1) * 128 + bt * 16;
-  auto issue = [&](int s) {
+  auto issue = [&](int s) {  // local stage s = stage s0 + s of K
     uint8_t* dst = ring + (s % kStages) * kStageBytes;
-    const bool valid = s * 4 + (lane & 3) < kb;  // only the last stage can be partial
+    const int gs = s0 + s;
+    const bool valid = gs * 4 + (lane & 3) < kb;  // only the last stage can be partial
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = (lane >> 2) + 8 * i;
-      cp_async16(dst + ring_offset(r, lane & 3), wsrc[i] + (valid ? s * 64 : 0), valid);
+      cp_async16(dst + ring_offset(r, lane & 3), wsrc[i] + (valid ? gs * 64 : 0), valid);
     }
     if (lane < 16) {
-      const bool bvalid = b_tok && s * 4 + warp < kb;
-      cp_async16(bring + (s % kStages) * kBStageBytes + b_dst, bsrc + (bvalid ? s * 128 : 0),
+      const bool bvalid = b_tok && gs * 4 + warp < kb;
+      cp_async16(bring + (s % kStages) * kBStageBytes + b_dst, bsrc + (bvalid ? gs * 128 : 0),
                  bvalid);
     }
   };
-  // Copy group 0: the warp's weight scales (per tile one contiguous, 16-byte aligned run of
-  // 16 * kb bytes), the activation scales, the first stage; groups 1 .. kStages - 2: the next
-  // stages.
+  // Copy group 0: the half's scale blocks [blk0, blk0 + kbl) of the warp's weight rows and of
+  // the tile's tokens (4-byte copies when k / 32 % 4 == 0: every real shape; else plain loads),
+  // the first stage; groups 1 .. kStages - 2: the next stages.
+  const bool words = kb % 4 == 0;
+  const int wpr = words ? kbl / 4 : kbl;  // copies per row
+  if (wpr > 0) {
+    int r = lane / wpr, w = lane - (lane / wpr) * wpr;  // (row, copy) of this lane, then + 32
+    const int dr = 32 / wpr, dw = 32 - dr * wpr;
+    for (; r < 16; r += dr, w += dw) {
+      if (w >= wpr) {
+        w -= wpr;
+        ++r;
+        if (r >= 16) break;
+      }
 #pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-    for (int c = lane; c < kb; c += 32)
-      cp_async16(sw + mt * 16 * kb + 16 * c, wscales[mt] + 16 * c, true);
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        uint8_t* dst = sw + mt * 16 * kbl_max + r * kbl_max;
+        const uint8_t* src = wscales[mt] + r * kb + blk0;
+        if (words) {
+          cp_async4(dst + 4 * w, src + 4 * w, true);
+        } else {
+          dst[w] = src[w];
+        }
+      }
+    }
   }
   for (int t = 0; t < kTok; ++t) {
     const bool valid = t < tile.count;
     const int64_t pair = tile.first_pair + (valid ? t : 0);
     const int64_t arow = p.pair_index != nullptr ? p.pair_index[pair] / p.topk : pair;
-    if (kb % 4 == 0) {
-      for (int c = static_cast<int>(threadIdx.x); c < kb / 4; c += blockDim.x)
-        cp_async4(sx + t * kb + 4 * c, p.xq_scale + arow * kb + 4 * c, valid);
+    const uint8_t* src = p.xq_scale + arow * kb + blk0;
+    if (words) {
+      for (int c = static_cast<int>(threadIdx.x); c < kbl / 4; c += blockDim.x)
+        cp_async4(sx + t * kbl_max + 4 * c, src + 4 * c, valid);
     } else {
-      for (int c = static_cast<int>(threadIdx.x); c < kb; c += blockDim.x)
-        sx[t * kb + c] = valid ? p.xq_scale[arow * kb + c] : uint8_t{0};
+      for (int c = static_cast<int>(threadIdx.x); c < kbl; c += blockDim.x)
+        sx[t * kbl_max + c] = valid ? src[c] : uint8_t{0};
     }
   }
   for (int s = 0; s < kStages - 1; ++s) {
@@ -199,11 +228,11 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   const uint8_t* swp[kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
-    swp[mt][0] = sw + (mt * 16 + g) * kb;
-    swp[mt][1] = sw + (mt * 16 + g + 8) * kb;
+    swp[mt][0] = sw + (mt * 16 + g) * kbl_max;
+    swp[mt][1] = sw + (mt * 16 + g + 8) * kbl_max;
   }
-  const uint8_t* sxp0 = sx + 2 * t4 * kb;
-  const uint8_t* sxp1 = sxp0 + kb;
+  const uint8_t* sxp0 = sx + 2 * t4 * kbl_max;
+  const uint8_t* sxp1 = sxp0 + kbl_max;
   float acc[kMTiles][4] = {};
   for (int s = 0; s < nstages; ++s) {
     cp_async_wait<kStages - 2>();
@@ -255,14 +284,14 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
         acc[mt][3] = fmaf(d[b][mt][3] * sw1, sx1, acc[mt][3]);
       }
     };
-    if (s * 4 + 4 <= kb) {
+    if (s * 4 + 4 <= kbl) {
 #pragma unroll
       for (int b = 0; b < 4; ++b)
         promote(b);
     } else {  // the partial last stage: its blocks past k are not promoted
 #pragma unroll
       for (int b = 0; b < 4; ++b)
-        if (s * 4 + b < kb) promote(b);
+        if (s * 4 + b < kbl) promote(b);
     }
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
@@ -277,6 +306,22 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   }
   cp_async_wait<0>();
 
+  // The two halves' sums: rank 1 hands its accumulators to rank 0 through distributed shared
+  // memory (rank 0's activation ring, idle once both have passed the first barrier); rank 0 adds
+  // them after its own (fixed order) and stores.
+  cg::cluster_group cluster = cg::this_cluster();
+  float* red = reinterpret_cast<float*>(bring);
+  cluster.sync();
+  if (rank == 1) {
+    float* remote = cluster.map_shared_rank(red, 0);
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        remote[(mt * 4 + i) * (kWarps * 32) + threadIdx.x] = acc[mt][i];
+  }
+  cluster.sync();
+  if (rank == 1) return;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
     if (mt >= mtiles) break;
@@ -284,12 +329,13 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     for (int i = 0; i < 4; ++i) {
       const int t = 2 * t4 + (i & 1);
       if (t >= tile.count) continue;
+      const float v = acc[mt][i] + red[(mt * 4 + i) * (kWarps * 32) + threadIdx.x];
       const int64_t col = cta_col0 + 64 * mt + 16 * warp + g + (i >> 1) * 8;
       const int64_t o = (tile.first_pair + t) * out_cols + col;
       if (p.precision == ActPrecision::kF32) {
-        ops_detail::store1(static_cast<float*>(p.out) + o, acc[mt][i]);
+        ops_detail::store1(static_cast<float*>(p.out) + o, v);
       } else {
-        ops_detail::store1(static_cast<uint16_t*>(p.out) + o, acc[mt][i]);
+        ops_detail::store1(static_cast<uint16_t*>(p.out) + o, v);
       }
     }
   }
@@ -447,7 +493,7 @@ void moe_expert_gemm(const MoeExpertGemmParams& p, cudaStream_t stream) {
   const int64_t smem = gemm_smem_bytes(p.k);
   DI_CUDA_CHECK(cudaFuncSetAttribute(
       moe_expert_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>((p.mats * p.n + kCtaRows - 1) / kCtaRows),
+  const dim3 grid(static_cast<unsigned>(kSplit * ((p.mats * p.n + kCtaRows - 1) / kCtaRows)),
                   static_cast<unsigned>(p.tile_count));
   moe_expert_gemm_kernel<<<grid, kWarps * 32, static_cast<size_t>(smem), stream>>>(p);
   DI_CUDA_CHECK(cudaGetLastError());
