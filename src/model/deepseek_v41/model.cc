@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "common/check.h"
+#include "kernels/cpu/engram.h"
 #include "kernels/cpu/mhc.h"
 #include "kernels/cpu/moe_gate.h"
 #include "kernels/cpu/norm.h"
@@ -235,36 +236,12 @@ void Model<T>::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t slo
     }
     trace_block_ids(i, "engram.hash_ids", ids, {rows, cols});
     trace_block(i, "engram.value", value, {rows, D});
-    gates.reserve(static_cast<size_t>(rows * hc));
+    gates.resize(static_cast<size_t>(rows * hc));
   }
-  const T eps = static_cast<T>(cfg_.rms_norm_eps);
-  const T inv_sqrt_d = T(1) / std::sqrt(static_cast<T>(D));
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* krow = kv.data() + r * (hc + 1) * D;
-    const T* value = krow + hc * D;
-    for (int64_t c = 0; c < hc; ++c) {
-      T* hc_row = h.data() + (r * hc + c) * D;
-      const T* key = krow + c * D;
-      const T* wqk = w.engram_qk.data() + c * D;
-      T hss = 0, kss = 0, dot = 0;
-      for (int64_t d = 0; d < D; ++d) {
-        hss += hc_row[d] * hc_row[d];
-        kss += key[d] * key[d];
-      }
-      for (int64_t d = 0; d < D; ++d)
-        dot += hc_row[d] * wqk[d] * key[d];
-      const T rstd = (T(1) / std::sqrt(hss / static_cast<T>(D) + eps)) *
-                     (T(1) / std::sqrt(kss / static_cast<T>(D) + eps));
-      dot = dot * rstd * inv_sqrt_d;
-      const T mag = std::sqrt(std::max(std::fabs(dot), static_cast<T>(1e-6)));
-      // Image-span positions take no Engram contribution (the reference masks the gate).
-      const bool image = !image_mask.empty() && image_mask[static_cast<size_t>(r)] != 0;
-      const T gate = image ? T(0) : T(1) / (T(1) + std::exp(-std::copysign(mag, dot)));
-      if (tracing()) gates.push_back(gate);
-      for (int64_t d = 0; d < D; ++d)
-        hc_row[d] = hc_row[d] + gate * value[d];
-    }
-  }
+  // Gate and mix per (row, hc stream); the GPU op (kernels/cuda/engram) computes the same.
+  cpu::engram_gate_mix(
+      h.data(), kv.data(), w.engram_qk.data(), rows, hc, D, static_cast<T>(cfg_.rms_norm_eps),
+      image_mask.empty() ? nullptr : image_mask.data(), tracing() ? gates.data() : nullptr);
   trace_block(i, "engram.gate", gates, {rows, hc});
 }
 
