@@ -1,6 +1,6 @@
 #pragma once
 
-// Timing helpers shared by the CUDA benchmarks (header-only; benchmarks only, never tests):
+// Helpers shared by the CUDA benchmarks (header-only; benchmarks only, never tests): uploads,
 // per-launch time of a CUDA graph of repeated launches, and the device-to-device copy bandwidth
 // that the memory-bound kernels are compared with.
 
@@ -16,6 +16,15 @@
 #include "backend/cuda/device_buffer.h"
 
 namespace di::bench {
+
+// A device copy of a host vector (synchronised: benchmark set-up only).
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& v, cudaStream_t stream, const char* tag) {
+  DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16), tag);
+  b.copy_from_host_async(v.data(), v.size() * sizeof(T), stream);
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return b;
+}
 
 // Median per-launch microseconds of `reps` calls of work(i, stream) captured in one graph
 // (two eager warm-up calls, then 5 timed replays; no launch gaps inside the graph).

@@ -28,6 +28,8 @@
 namespace di {
 namespace {
 
+using bench::upload;
+
 constexpr size_t kReplicaBytes = size_t{256} << 20;  // inputs cycled per launch (> 4x L2)
 
 using bench::copy_gbs;
@@ -75,14 +77,6 @@ struct KeyPool {
     return t;
   }
 };
-
-template <typename T>
-DeviceBuffer upload(const std::vector<T>& v, cudaStream_t stream, const char* tag) {
-  DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16), tag);
-  b.copy_from_host_async(v.data(), v.size() * sizeof(T), stream);
-  DI_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return b;
-}
 
 // Scoring of `rows` query rows against `len` keys. Decode: row r reads its own sequence; prefill:
 // all rows read one sequence with causal visibility (the last row sees all keys). Each launch uses

@@ -31,6 +31,8 @@
 namespace di {
 namespace {
 
+using bench::upload;
+
 constexpr int kWindow = 128;
 
 double time_us(Stream& stream, int reps, const std::function<void(cudaStream_t)>& work) {
@@ -39,14 +41,6 @@ double time_us(Stream& stream, int reps, const std::function<void(cudaStream_t)>
 
 double copy_gbs(Stream& stream) {
   return bench::copy_gbs(stream, size_t{1} << 30);
-}
-
-template <typename T>
-DeviceBuffer upload(const std::vector<T>& v, cudaStream_t stream, const char* tag) {
-  DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16), tag);
-  b.copy_from_host_async(v.data(), v.size() * sizeof(T), stream);
-  DI_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return b;
 }
 
 std::vector<float> random_rows(int64_t rows, uint64_t seed) {

@@ -33,19 +33,13 @@
 namespace di {
 namespace {
 
+using bench::upload;
+
 constexpr int32_t kE = 384;
 constexpr int32_t kTopk = 6;
 constexpr int64_t kDim = 5120;
 constexpr int64_t kInter = 2304;
 constexpr int kRoutings = 16;
-
-template <typename T>
-DeviceBuffer upload(const std::vector<T>& v, cudaStream_t stream, const char* tag) {
-  DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16), tag);
-  b.copy_from_host_async(v.data(), v.size() * sizeof(T), stream);
-  DI_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return b;
-}
 
 // One routing of `rows` tokens: permutation, tiles, and the bytes of its distinct experts.
 struct Routing {
