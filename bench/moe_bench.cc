@@ -45,10 +45,11 @@ constexpr int kRoutings = 16;
 struct Routing {
   DeviceBuffer ids, off, idx, pos, ws, tiles;
   int64_t tile_count = 0;
+  int32_t tile_tokens = kMoeTileTokens;
   int distinct = 0;
 };
 
-Routing make_routing(int64_t rows, uint64_t seed, Stream& stream) {
+Routing make_routing(int64_t rows, uint64_t seed, Stream& stream, int32_t tile_tokens) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> ids(static_cast<size_t>(rows * kTopk));
   std::set<int32_t> used;
@@ -78,13 +79,15 @@ Routing make_routing(int64_t rows, uint64_t seed, Stream& stream) {
   pp.workspace = rt.ws.data();
   pp.workspace_bytes = rt.ws.size();
   moe_permute(pp, st);
-  rt.tile_count = moe_expert_tile_bound(kE, rows * kTopk);
+  rt.tile_tokens = tile_tokens;
+  rt.tile_count = moe_expert_tile_bound(kE, rows * kTopk, tile_tokens);
   rt.tiles = DeviceBuffer(sizeof(MoeExpertTile) * static_cast<size_t>(rt.tile_count), "tiles");
   MoeExpertTilesParams tp;
   tp.offsets = rt.off.as<int32_t>();
   tp.experts = kE;
   tp.pairs = rows * kTopk;
   tp.tiles = rt.tiles.as<MoeExpertTile>();
+  tp.tile_tokens = tile_tokens;
   moe_expert_tiles(tp, st);
   DI_CUDA_CHECK(cudaStreamSynchronize(st));
   return rt;
@@ -125,13 +128,24 @@ int run(int64_t only_batch) {
   std::printf("%6s %8s %10s %10s %10s %10s %10s %8s\n", "batch", "experts", "MB", "w1|w3 us",
               "w2 us", "chain us", "TB/s", "of copy");
 
-  for (const int64_t rows : {1, 2, 4, 8, 16, 32, 64}) {
+  // Decode batches (the tile size moe_expert_tile_tokens picks), then prefill-sized steps with
+  // both tile sizes (the FLOP rate against the FP8 tensor-core rate is the roofline there).
+  struct Step {
+    int64_t rows;
+    int32_t tile_tokens;  // 0: moe_expert_tile_tokens's choice
+  };
+  for (const Step step : {Step{1, 0}, Step{2, 0}, Step{4, 0}, Step{8, 0}, Step{16, 0}, Step{32, 0},
+                          Step{64, 0}, Step{512, kMoeTileTokens}, Step{512, kMoeTileTokensPrefill},
+                          Step{4096, kMoeTileTokens}, Step{4096, kMoeTileTokensPrefill}}) {
+    const int64_t rows = step.rows;
     if (only_batch > 0 && rows != only_batch) continue;
     const int64_t pairs = rows * kTopk;
+    const int32_t tile_tokens =
+        step.tile_tokens != 0 ? step.tile_tokens : moe_expert_tile_tokens(kE, pairs);
     std::vector<Routing> rts;
     double distinct = 0.0;
     for (int i = 0; i < kRoutings; ++i) {
-      rts.push_back(make_routing(rows, 1000 * rows + i, stream));
+      rts.push_back(make_routing(rows, 1000 * rows + i, stream, tile_tokens));
       distinct += rts.back().distinct;
     }
     distinct /= kRoutings;
@@ -153,6 +167,7 @@ int run(int64_t only_batch) {
       p.topk = kTopk;
       p.tiles = rt.tiles.as<MoeExpertTile>();
       p.tile_count = rt.tile_count;
+      p.tile_tokens = rt.tile_tokens;
       p.weights = first ? up_table.as<Fp4ExpertMatrix>() : down_table.as<Fp4ExpertMatrix>();
       p.experts = kE;
       p.mats = first ? 2 : 1;
@@ -190,6 +205,7 @@ int run(int64_t only_batch) {
       tp.experts = kE;
       tp.pairs = pairs;
       tp.tiles = const_cast<MoeExpertTile*>(rt.tiles.as<MoeExpertTile>());
+      tp.tile_tokens = rt.tile_tokens;
       moe_expert_tiles(tp, s);
       MoeInterleaveParams ip;
       ip.src = xq_nat.as<uint8_t>();
@@ -209,7 +225,10 @@ int run(int64_t only_batch) {
         distinct * 2 * static_cast<double>(up_codes + up_scales) / (t_up * 1e-6) / 1e12;
     const double down_tbs =
         distinct * static_cast<double>(down_codes + down_scales) / (t_down * 1e-6) / 1e12;
-    std::printf("%6s   w1|w3 alone %.2f TB/s, w2 alone %.2f TB/s\n", "", up_tbs, down_tbs);
+    std::printf("%6s   w1|w3 alone %.2f TB/s, w2 alone %.2f TB/s; tiles of %d pairs", "", up_tbs,
+                down_tbs, tile_tokens);
+    const double flops = 2.0 * static_cast<double>(pairs) * 3.0 * kInter * kDim;
+    std::printf("; chain %.0f TFLOP/s\n", flops / (t_chain * 1e-6) / 1e12);
   }
   return 0;
 }

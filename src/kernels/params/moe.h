@@ -66,10 +66,14 @@ struct MoeCombineParams {
   ActPrecision precision = ActPrecision::kF32;  // storage of expert_out, shared and y
 };
 
-// Expert tiles of the grouped GEMM: up to kMoeTileTokens consecutive pairs of one expert, in
-// expert order; written by moe_expert_tiles from moe_permute's offsets. Unused entries (the list
-// has moe_expert_tile_bound entries) have expert = -1.
+// Expert tiles of the grouped GEMM: up to tile_tokens consecutive pairs of one expert, in expert
+// order; written by moe_expert_tiles from moe_permute's offsets. Unused entries (the list has
+// moe_expert_tile_bound entries) have expert = -1. Tiles of 8 pairs suit decode (an expert's
+// weights are read once per tile: 1-2 pairs per expert at decode batches), tiles of 64 suit
+// prefill; a pair's output is bitwise the same with either (the same tensor-core instructions
+// and promotion order per 8-pair group).
 constexpr int kMoeTileTokens = 8;
+constexpr int kMoeTileTokensPrefill = 64;
 struct MoeExpertTile {
   int32_t expert = -1;
   int32_t first_pair = 0;  // first pair position (into the permuted order)
@@ -78,10 +82,11 @@ struct MoeExpertTile {
 };
 
 struct MoeExpertTilesParams {
-  const int32_t* offsets = nullptr;  // [experts + 1] from moe_permute
-  int32_t experts = 0;               // <= 1024
-  int64_t pairs = 0;                 // rows * topk (= offsets[experts])
-  MoeExpertTile* tiles = nullptr;    // [moe_expert_tile_bound(experts, pairs)]
+  const int32_t* offsets = nullptr;      // [experts + 1] from moe_permute
+  int32_t experts = 0;                   // <= 1024
+  int64_t pairs = 0;                     // rows * topk (= offsets[experts])
+  int32_t tile_tokens = kMoeTileTokens;  // or kMoeTileTokensPrefill
+  MoeExpertTile* tiles = nullptr;        // [moe_expert_tile_bound(experts, pairs, tile_tokens)]
 };
 
 // One expert matrix as the checkpoint stores it: e2m1 codes [n, k / 2] (two per byte, the low
@@ -103,6 +108,7 @@ struct MoeExpertGemmParams {
   const int32_t* pair_index = nullptr;  // [pairs] from moe_permute (gather), or nullptr
   int32_t topk = 1;                     // with pair_index
   const MoeExpertTile* tiles = nullptr;
+  int32_t tile_tokens = kMoeTileTokens;      // the tile list's (kMoeTileTokens or ...Prefill)
   int64_t tile_count = 0;                    // entries of `tiles` (moe_expert_tile_bound)
   const Fp4ExpertMatrix* weights = nullptr;  // [mats * experts] device array: [m * experts + e]
   int32_t experts = 0;

@@ -149,14 +149,15 @@ ExpertSet make_experts(int32_t experts, int mats, int64_t n, int64_t k, int pool
 // moe_permute + moe_expert_tiles for ids [rows, topk].
 struct Routing {
   int64_t rows = 0, pairs = 0, tile_count = 0;
-  int32_t experts = 0, topk = 0;
+  int32_t experts = 0, topk = 0, tile_tokens = kMoeTileTokens;
   std::vector<int32_t> ids, off, idx, pos;
   DeviceBuffer d_ids, d_off, d_idx, d_pos, d_tiles;
 };
 
 Routing route(const std::vector<int32_t>& ids, int64_t rows, int32_t experts, int32_t topk,
-              cudaStream_t st) {
+              cudaStream_t st, int32_t tile_tokens = kMoeTileTokens) {
   Routing r;
+  r.tile_tokens = tile_tokens;
   r.rows = rows;
   r.pairs = rows * topk;
   r.experts = experts;
@@ -178,13 +179,14 @@ Routing route(const std::vector<int32_t>& ids, int64_t rows, int32_t experts, in
   pp.workspace = ws.data();
   pp.workspace_bytes = ws.size();
   moe_permute(pp, st);
-  r.tile_count = moe_expert_tile_bound(experts, r.pairs);
+  r.tile_count = moe_expert_tile_bound(experts, r.pairs, tile_tokens);
   r.d_tiles = poisoned<MoeExpertTile>(static_cast<size_t>(r.tile_count), st);
   MoeExpertTilesParams tp;
   tp.offsets = r.d_off.as<int32_t>();
   tp.experts = experts;
   tp.pairs = r.pairs;
   tp.tiles = r.d_tiles.as<MoeExpertTile>();
+  tp.tile_tokens = tile_tokens;
   moe_expert_tiles(tp, st);
   r.off = download<int32_t>(r.d_off, static_cast<size_t>(experts + 1), st);
   r.idx = download<int32_t>(r.d_idx, static_cast<size_t>(r.pairs), st);
@@ -228,6 +230,7 @@ std::vector<float> run_gemm(const Routing& r, const Act& a, bool gather, const E
   p.topk = r.topk;
   p.tiles = r.d_tiles.as<MoeExpertTile>();
   p.tile_count = r.tile_count;
+  p.tile_tokens = r.tile_tokens;
   p.weights = w.table.as<Fp4ExpertMatrix>();
   p.experts = w.experts;
   p.mats = w.mats;
@@ -282,14 +285,16 @@ TEST(MoeExpertGpu, TileListCoversEveryPairInExpertOrder) {
   DI_REQUIRE_GPU();
   Stream stream;
   const cudaStream_t st = stream.get();
-  for (const int64_t rows : {1, 16, 40}) {
-    const Routing r = route(random_ids(rows, kE, kTopk, 11 + rows, rows / 2), rows, kE, kTopk, st);
+  for (const int64_t rows : {1, 16, 40, 300}) {
+    const int32_t tok = rows >= 40 ? kMoeTileTokensPrefill : kMoeTileTokens;
+    const Routing r =
+        route(random_ids(rows, kE, kTopk, 11 + rows, rows / 2), rows, kE, kTopk, st, tok);
     const auto tiles = download<MoeExpertTile>(r.d_tiles, static_cast<size_t>(r.tile_count), st);
     std::vector<MoeExpertTile> want;
     for (int32_t e = 0; e < kE; ++e) {
       for (int32_t f = r.off[static_cast<size_t>(e)]; f < r.off[static_cast<size_t>(e) + 1];
-           f += kMoeTileTokens) {
-        want.push_back({e, f, std::min(kMoeTileTokens, r.off[static_cast<size_t>(e) + 1] - f), 0});
+           f += tok) {
+        want.push_back({e, f, std::min(tok, r.off[static_cast<size_t>(e) + 1] - f), 0});
       }
     }
     ASSERT_LE(static_cast<int64_t>(want.size()), r.tile_count);
@@ -402,6 +407,47 @@ TEST(MoeExpertGpu, PairRowsAreBatchInvariant) {
           << "slot " << j << " col " << c;
     }
   }
+}
+
+// Prefill tiles (64 pairs: 8 groups sharing each converted weight fragment) give bitwise the
+// decode tiles' outputs, and match the CPU: 40 tokens all routed to expert 7 (a full tile of 64
+// would need more; 40 pairs = one partial prefill tile vs 5 decode tiles) plus spread experts;
+// w2 over 600 pairs with one expert taking 100 (a full and a partial prefill tile).
+TEST(MoeExpertGpu, PrefillTilesAreBitwiseTheDecodeTiles) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  struct Case {
+    int mats;
+    int64_t n, k, rows;
+  };
+  uint64_t seed = 5000;
+  for (const Case c : {Case{2, kInter, kDim, 40}, Case{1, kDim, kInter, 100}}) {
+    const ExpertSet w = make_experts(kE, c.mats, c.n, c.k, 2, ++seed, st);
+    const std::vector<int32_t> ids = random_ids(c.rows, kE, kTopk, ++seed, c.rows);
+    const Routing dec = route(ids, c.rows, kE, kTopk, st, kMoeTileTokens);
+    const Routing pre = route(ids, c.rows, kE, kTopk, st, kMoeTileTokensPrefill);
+    const bool gather = c.mats == 2;
+    const Act x = random_act(gather ? c.rows : dec.pairs, c.k, ++seed, st);
+    for (const ActPrecision prec : {ActPrecision::kF32, ActPrecision::kBF16}) {
+      const auto got_dec = run_gemm(dec, x, gather, w, c.n, prec, st);
+      const auto got_pre = run_gemm(pre, x, gather, w, c.n, prec, st);
+      ASSERT_EQ(got_dec.size(), got_pre.size());
+      int64_t differ = 0;
+      for (size_t i = 0; i < got_dec.size(); ++i)
+        differ += dense_test::float_bits(got_dec[i]) != dense_test::float_bits(got_pre[i]);
+      EXPECT_EQ(differ, 0) << "mats " << c.mats << " rows " << c.rows;
+      if (prec == ActPrecision::kF32) {
+        char what[96];
+        std::snprintf(what, sizeof(what), "prefill tiles mats=%d rows=%ld", c.mats,
+                      static_cast<long>(c.rows));
+        check_gemm(got_pre, pre, x, gather, w, c.n, false, 7, what);
+      }
+    }
+  }
+  EXPECT_EQ(moe_expert_tile_tokens(kE, 6), kMoeTileTokens);
+  EXPECT_EQ(moe_expert_tile_tokens(kE, int64_t{8192} * kTopk), kMoeTileTokensPrefill);
+  EXPECT_THROW(moe_expert_tile_bound(kE, 6, 16), Error);
 }
 
 // CPU: Model::expert's element arithmetic in fp32 (bf16 storage: inputs and h rounded to bf16),

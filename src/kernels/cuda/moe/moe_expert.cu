@@ -51,24 +51,21 @@ constexpr int kWarps = 4;                // one warpgroup
 constexpr int kMTiles = 2;               // wgmma m64 tiles per CTA
 constexpr int kWarpRows = 16 * kMTiles;  // rows 16 w .. 16 w + 15 of each m64 tile
 constexpr int kCtaRows = 64 * kMTiles;
-// Scale blocks of 32 K-columns per stage: 4 or 8 (8 x 3 or 4 stages measured 10-20 % slower).
-constexpr int kBlocks = 4;
+constexpr int kBlocks = 4;  // scale blocks of 32 K-columns per stage (8 measured 10-20 % slower)
 constexpr int kStageCols = 32 * kBlocks;
 constexpr int kStageBytes = kWarpRows * kStageCols / 2;  // e2m1 codes per warp and stage
 constexpr int kStages = 5;
 constexpr int kSplit = 2;                    // K halves per 128-row slice: a 2-CTA cluster
-constexpr int kBStageBytes = kBlocks * 256;  // a stage's activations: 8 tokens x 32 bytes
-static_assert(kBlocks == 4 || kBlocks == 8, "4 or 8 blocks per stage");
-constexpr int kTok = kMoeTileTokens;
+constexpr int kBStageBytes = kBlocks * 256;  // a stage's activations of 8 tokens (32 B a block)
 constexpr int kTilesThreads = 1024;
 constexpr int64_t kMaxK = 12288;
 
 // Shared memory: the warps' weight rings, the activation ring, the half's activation scales and
-// weight scales (4 CTAs per SM at k = 5120).
-__host__ __device__ constexpr int64_t gemm_smem_bytes(int64_t k) {
+// weight scales (4 CTAs per SM at k = 5120 with one token group, 2 with eight).
+__host__ __device__ constexpr int64_t gemm_smem_bytes(int64_t k, int groups) {
   const int64_t kbl_max = kBlocks * (((k / 32 + kBlocks - 1) / kBlocks + 1) / 2);
-  return int64_t{kWarps} * kStages * kStageBytes + kStages * kBStageBytes +
-         (kTok + int64_t{kWarps} * kWarpRows) * kbl_max;
+  return int64_t{kWarps} * kStages * kStageBytes + int64_t{kStages} * groups * kBStageBytes +
+         (8 * groups + int64_t{kWarps} * kWarpRows) * kbl_max;
 }
 
 // e4m3 bytes (value * 2^-6) of the even / odd nibbles of 4 packed e2m1 pairs.
@@ -112,11 +109,15 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 // Byte offset of 16-byte chunk c (scale block c of the stage) of ring row r: swizzled so that
 // ldmatrix's 8 row addresses of one block hit 8 different bank groups.
 __device__ __forceinline__ int ring_offset(int r, int c) {
-  return r * (kStageCols / 2) + ((c ^ ((r / (8 / kBlocks)) & (kBlocks - 1))) << 4);
+  return r * (kStageCols / 2) + ((c ^ ((r >> 1) & 3)) << 4);
 }
 
-__global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, 4)
+// kGroups 8-token groups per tile (1: decode, 8: prefill); every group goes through the same
+// wgmma m64n8k32 instructions and promotion, so a pair's result does not depend on kGroups.
+template <int kGroups>
+__global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kGroups == 1 ? 4 : 2)
     moe_expert_gemm_kernel(const MoeExpertGemmParams p) {
+  constexpr int kTok = 8 * kGroups;
   extern __shared__ __align__(128) uint8_t smem[];
   const MoeExpertTile tile = p.tiles[blockIdx.y];
   if (tile.expert < 0) return;  // uniform over the CTA
@@ -131,8 +132,8 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, 4)
   const int kbl = max(0, min(kb, kBlocks * (s0 + nstages)) - blk0);  // its blocks
   const int kbl_max = kBlocks * half_stages;                         // shared-memory rows of scales
   uint8_t* ring = smem + warp * kStages * kStageBytes;
-  uint8_t* bring = smem + kWarps * kStages * kStageBytes;  // activation stages, 1 KiB each
-  uint8_t* sx = bring + kStages * kBStageBytes;
+  uint8_t* bring = smem + kWarps * kStages * kStageBytes;  // activation stages
+  uint8_t* sx = bring + kStages * kGroups * kBStageBytes;
   uint8_t* sw = sx + kTok * kbl_max + warp * kWarpRows * kbl_max;
 
   // The CTA's m64 tiles (n % 64 == 0: a tile lies in one matrix); a tile past the end repeats
@@ -151,39 +152,45 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, 4)
     wcodes[mt] = m.codes + row * row_bytes;
     wscales[mt] = m.scales + row * kb;
   }
-  // Weights: the lane's 16-byte chunks of a stage are block lane % kBlocks of the local rows
-  // lane / kBlocks + (32 / kBlocks) i (tile i / (kBlocks / 2)). Activations: warp w copies
-  // blocks w kBlocks / 4 .. of the stage, a 16-byte half per lane (token (lane & 15) / 2, even or
-  // odd elements by lane % 2; kBlocks = 4: lanes 0-15 only) from the interleaved rows.
-  constexpr int kRowStep = 32 / kBlocks;
+  // Weights: the lane's 16-byte chunks of a stage are block lane % 4 of the local rows
+  // lane / 4 + 8 i (tile i / 2). Activations: warp w copies block w of the stage for every group,
+  // chunk j = lane + 32 i being group j / 16, token (j & 15) / 2, the even or odd half by j % 2,
+  // from the interleaved rows (kGroups = 1: lanes 0-15 only).
   const int wc = lane % kBlocks;
   const uint8_t* wsrc[kBlocks];
 #pragma unroll
-  for (int i = 0; i < kBlocks; ++i) {
-    const int r = lane / kBlocks + kRowStep * i;
-    wsrc[i] = wcodes[i / (kBlocks / 2)] + (r % 16) * row_bytes + wc * 16;
+  for (int i = 0; i < kBlocks; ++i)
+    wsrc[i] = wcodes[i / 2] + ((lane >> 2) + 8 * i) % 16 * row_bytes + wc * 16;
+  constexpr int kBIter = kGroups == 1 ? 1 : kGroups / 2;
+  const uint8_t* bsrc[kBIter];
+  int bdst[kBIter];
+  bool btok[kBIter];
+#pragma unroll
+  for (int i = 0; i < kBIter; ++i) {
+    const int j = lane + 32 * i;
+    const int t = (j >> 4) * 8 + ((j & 15) >> 1);
+    btok[i] = j < 16 * kGroups && t < tile.count;
+    const int64_t pair = tile.first_pair + min(t, tile.count - 1);
+    bsrc[i] = p.xq + (p.pair_index != nullptr ? p.pair_index[pair] / p.topk : pair) * p.k +
+              warp * 32 + (j & 1) * 16;
+    bdst[i] = (j >> 4) * kBStageBytes + warp * 256 + (j & 1) * 128 + ((j & 15) >> 1) * 16;
   }
-  const int bt = (lane & 15) >> 1;
-  const int bblk = warp * (kBlocks / 4) + lane / 16;  // the lane's block of the stage
-  const bool b_tok = lane < 4 * kBlocks && bt < tile.count;
-  const int64_t b_pair = tile.first_pair + min(bt, tile.count - 1);
-  const uint8_t* bsrc = p.xq +
-                        (p.pair_index != nullptr ? p.pair_index[b_pair] / p.topk : b_pair) * p.k +
-                        bblk * 32 + (lane & 1) * 16;
-  const int b_dst = bblk * 256 + (lane & 1) * 128 + bt * 16;
   auto issue = [&](int s) {  // local stage s = stage s0 + s of K
     uint8_t* dst = ring + (s % kStages) * kStageBytes;
     const int gs = s0 + s;
     const bool valid = gs * kBlocks + wc < kb;  // only the last stage can be partial
 #pragma unroll
     for (int i = 0; i < kBlocks; ++i) {
-      const int r = lane / kBlocks + kRowStep * i;
+      const int r = (lane >> 2) + 8 * i;
       cp_async16(dst + ring_offset(r, wc), wsrc[i] + (valid ? gs * (kStageCols / 2) : 0), valid);
     }
-    if (lane < 4 * kBlocks) {
-      const bool bvalid = b_tok && gs * kBlocks + bblk < kb;
-      cp_async16(bring + (s % kStages) * kBStageBytes + b_dst,
-                 bsrc + (bvalid ? gs * kStageCols : 0), bvalid);
+    uint8_t* bdst_stage = bring + (s % kStages) * kGroups * kBStageBytes;
+    const bool bblock = gs * kBlocks + warp < kb;
+#pragma unroll
+    for (int i = 0; i < kBIter; ++i) {
+      if (lane + 32 * i >= 16 * kGroups) break;
+      const bool ok = btok[i] && bblock;
+      cp_async16(bdst_stage + bdst[i], bsrc[i] + (ok ? gs * kStageCols : 0), ok);
     }
   };
   // Copy group 0: the half's scale blocks [blk0, blk0 + kbl) of the warp's weight rows and of
@@ -212,16 +219,16 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, 4)
       }
     }
   }
-  for (int t = 0; t < kTok; ++t) {
+  for (int t = warp; t < kTok; t += kWarps) {  // a warp per token
     const bool valid = t < tile.count;
     const int64_t pair = tile.first_pair + (valid ? t : 0);
     const int64_t arow = p.pair_index != nullptr ? p.pair_index[pair] / p.topk : pair;
     const uint8_t* src = p.xq_scale + arow * kb + blk0;
     if (words) {
-      for (int c = static_cast<int>(threadIdx.x); c < kbl / 4; c += blockDim.x)
+      for (int c = lane; c < kbl / 4; c += 32)
         cp_async4(sx + t * kbl_max + 4 * c, src + 4 * c, valid);
     } else {
-      for (int c = static_cast<int>(threadIdx.x); c < kbl; c += blockDim.x)
+      for (int c = lane; c < kbl; c += 32)
         sx[t * kbl_max + c] = valid ? src[c] : uint8_t{0};
     }
   }
@@ -232,69 +239,92 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, 4)
 
   const int g = lane >> 2, t4 = lane & 3;
   const int lm_row = ((lane >> 3) & 1) * 8 + (lane & 7), lm_blk = lane >> 4;
-  // This thread's scale bytes (indexed by the block in the half): weight rows
-  // g, g + 8 of each tile, tokens 2 t4 and 2 t4 + 1.
+  // This thread's scale bytes (indexed by the block in the half): weight rows g, g + 8 of each
+  // tile; tokens 2 t4 and 2 t4 + 1 of each group.
   const uint8_t* swp[kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
     swp[mt][0] = sw + (mt * 16 + g) * kbl_max;
     swp[mt][1] = sw + (mt * 16 + g + 8) * kbl_max;
   }
-  const uint8_t* sxp0 = sx + 2 * t4 * kbl_max;
-  const uint8_t* sxp1 = sxp0 + kbl_max;
-  float acc[kMTiles][4] = {};
+  float acc[kGroups][kMTiles][4] = {};
   for (int s = 0; s < nstages; ++s) {
     cp_async_wait<kStages - 2>();
     fence_proxy_async_smem();  // this thread's copies of the stage -> the wgmma (async) proxy
     __syncthreads();           // every warp's part of the stage's activations has landed
     const uint8_t* st = ring + (s % kStages) * kStageBytes;
+    // A fragments: per block and tile, rows g / g + 8, even then odd nibbles. The blocks past k
+    // of a partial last stage are zero (zero-filled copies), and not promoted.
+    uint32_t a[4][kMTiles][4];
 #pragma unroll
-    for (int qd = 0; qd < kBlocks / 4; ++qd) {  // the stage's blocks, four at a time
-      // A fragments: per block and tile, rows g / g + 8, even then odd nibbles. The blocks past
-      // k of a partial last stage are zero (zero-filled copies), and not promoted.
-      uint32_t a[4][kMTiles][4];
+    for (int bp = 0; bp < 2; ++bp) {
 #pragma unroll
-      for (int bp = 0; bp < 2; ++bp) {
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        uint32_t w[4];
+        ldmatrix_x4(w, st + ring_offset(mt * 16 + lm_row, 2 * bp + lm_blk));
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          uint32_t w[4];
-          ldmatrix_x4(w, st + ring_offset(mt * 16 + lm_row, 4 * qd + 2 * bp + lm_blk));
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            a[2 * bp + h][mt][0] = e2m1_even_to_e4m3(w[2 * h]);
-            a[2 * bp + h][mt][1] = e2m1_even_to_e4m3(w[2 * h + 1]);
-            a[2 * bp + h][mt][2] = e2m1_odd_to_e4m3(w[2 * h]);
-            a[2 * bp + h][mt][3] = e2m1_odd_to_e4m3(w[2 * h + 1]);
-          }
+        for (int h = 0; h < 2; ++h) {
+          a[2 * bp + h][mt][0] = e2m1_even_to_e4m3(w[2 * h]);
+          a[2 * bp + h][mt][1] = e2m1_even_to_e4m3(w[2 * h + 1]);
+          a[2 * bp + h][mt][2] = e2m1_odd_to_e4m3(w[2 * h]);
+          a[2 * bp + h][mt][3] = e2m1_odd_to_e4m3(w[2 * h + 1]);
         }
       }
-      float d[4][kMTiles][4];
-      const uint64_t desc0 = act_block_desc(bring + (s % kStages) * kBStageBytes + qd * 4 * 256);
+    }
+    const int lb = s * kBlocks;  // the stage's first block in the half
+    // The weight scales, 2^(e_w - 127) * 2^6 = the float with exponent field e_w + 6; read once
+    // per stage when several groups use them.
+    auto sw_load = [&](int b, int mt, int h) {
+      return __uint_as_float((static_cast<uint32_t>(swp[mt][h][lb + b]) + 6) << 23);
+    };
+    float swf[kGroups > 1 ? 4 : 1][kMTiles][2];
+    if constexpr (kGroups > 1) {
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            swf[b][mt][h] = sw_load(b, mt, h);
+    }
+    auto sw_of = [&](int b, int mt, int h) {
+      if constexpr (kGroups > 1) {
+        return swf[b][mt][h];
+      } else {
+        return sw_load(b, mt, h);
+      }
+    };
+    // Per group: 8 wgmma from zero, then the promotion; the next group's wgmmas are in flight
+    // while a group is promoted (two partial sets).
+    float d[2][4][kMTiles][4];
+    const uint8_t* bstage = bring + (s % kStages) * kGroups * kBStageBytes;
+    auto issue_group = [&](int gi) {
+      const uint64_t desc0 = act_block_desc(bstage + gi * kBStageBytes);
       fp8_sm90::wgmma_fence();
 #pragma unroll
       for (int b = 0; b < 4; ++b)
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt)
-          wgmma_rs_m64n8k32(d[b][mt], a[b][mt], desc0 + b * (256 >> 4));
+          wgmma_rs_m64n8k32(d[gi & 1][b][mt], a[b][mt], desc0 + b * (256 >> 4));
       fp8_sm90::wgmma_commit();
-      fp8_sm90::wgmma_wait<0>();
-      const int lb = s * kBlocks + 4 * qd;  // the quad's first block in the half
+    };
+    auto promote_group = [&](int gi) {
+      const uint8_t* sxp0 = sx + (8 * gi + 2 * t4) * kbl_max + lb;
+      const uint8_t* sxp1 = sxp0 + kbl_max;
       auto promote = [&](int b) {
-        const float sx0 =
-            __uint_as_float(static_cast<uint32_t>(sxp0[lb + b]) << 23);  // 2^(e_x-127)
-        const float sx1 = __uint_as_float(static_cast<uint32_t>(sxp1[lb + b]) << 23);
+        const float sx0 = __uint_as_float(static_cast<uint32_t>(sxp0[b]) << 23);  // 2^(e_x-127)
+        const float sx1 = __uint_as_float(static_cast<uint32_t>(sxp1[b]) << 23);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
+          float* dd = d[gi & 1][b][mt];
 #pragma unroll
           for (int i = 0; i < 4; ++i)
-            fp8_sm90::fence_regs(d[b][mt][i]);
-          // 2^(e_w - 127) * 2^6 = the float with exponent field e_w + 6.
-          const float sw0 = __uint_as_float((static_cast<uint32_t>(swp[mt][0][lb + b]) + 6) << 23);
-          const float sw1 = __uint_as_float((static_cast<uint32_t>(swp[mt][1][lb + b]) + 6) << 23);
-          acc[mt][0] = fmaf(d[b][mt][0] * sw0, sx0, acc[mt][0]);
-          acc[mt][1] = fmaf(d[b][mt][1] * sw0, sx1, acc[mt][1]);
-          acc[mt][2] = fmaf(d[b][mt][2] * sw1, sx0, acc[mt][2]);
-          acc[mt][3] = fmaf(d[b][mt][3] * sw1, sx1, acc[mt][3]);
+            fp8_sm90::fence_regs(dd[i]);
+          const float sw0 = sw_of(b, mt, 0), sw1 = sw_of(b, mt, 1);
+          acc[gi][mt][0] = fmaf(dd[0] * sw0, sx0, acc[gi][mt][0]);
+          acc[gi][mt][1] = fmaf(dd[1] * sw0, sx1, acc[gi][mt][1]);
+          acc[gi][mt][2] = fmaf(dd[2] * sw1, sx0, acc[gi][mt][2]);
+          acc[gi][mt][3] = fmaf(dd[3] * sw1, sx1, acc[gi][mt][3]);
         }
       };
       if (lb + 4 <= kbl) {
@@ -306,6 +336,17 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, 4)
         for (int b = 0; b < 4; ++b)
           if (lb + b < kbl) promote(b);
       }
+    };
+    issue_group(0);
+#pragma unroll
+    for (int gi = 0; gi < kGroups; ++gi) {
+      if (gi + 1 < kGroups) {
+        issue_group(gi + 1);
+        fp8_sm90::wgmma_wait<1>();
+      } else {
+        fp8_sm90::wgmma_wait<0>();
+      }
+      promote_group(gi);
     }
     __syncwarp();
     if (s + kStages - 1 < nstages) issue(s + kStages - 1);
@@ -314,35 +355,43 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, 4)
   cp_async_wait<0>();
 
   // The two halves' sums: rank 1 hands its accumulators to rank 0 through distributed shared
-  // memory (rank 0's activation ring, idle once both have passed the first barrier); rank 0 adds
+  // memory (rank 0's weight rings, idle once both have passed the first barrier); rank 0 adds
   // them after its own (fixed order) and stores.
+  constexpr int kAcc = kGroups * kMTiles * 4;  // floats per thread
+  static_assert(kAcc * kWarps * 32 * 4 <= kWarps * kStages * kStageBytes, "reduction buffer");
   cg::cluster_group cluster = cg::this_cluster();
-  float* red = reinterpret_cast<float*>(bring);
+  float* red = reinterpret_cast<float*>(smem);
   cluster.sync();
   if (rank == 1) {
     float* remote = cluster.map_shared_rank(red, 0);
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
+    for (int gi = 0; gi < kGroups; ++gi)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        remote[(mt * 4 + i) * (kWarps * 32) + threadIdx.x] = acc[mt][i];
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          remote[((gi * kMTiles + mt) * 4 + i) * (kWarps * 32) + threadIdx.x] = acc[gi][mt][i];
   }
   cluster.sync();
   if (rank == 1) return;
 #pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-    if (mt >= mtiles) break;
+  for (int gi = 0; gi < kGroups; ++gi) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int t = 2 * t4 + (i & 1);
-      if (t >= tile.count) continue;
-      const float v = acc[mt][i] + red[(mt * 4 + i) * (kWarps * 32) + threadIdx.x];
-      const int64_t col = cta_col0 + 64 * mt + 16 * warp + g + (i >> 1) * 8;
-      const int64_t o = (tile.first_pair + t) * out_cols + col;
-      if (p.precision == ActPrecision::kF32) {
-        ops_detail::store1(static_cast<float*>(p.out) + o, v);
-      } else {
-        ops_detail::store1(static_cast<uint16_t*>(p.out) + o, v);
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      if (mt >= mtiles) break;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int t = 8 * gi + 2 * t4 + (i & 1);
+        if (t >= tile.count) continue;
+        const float v =
+            acc[gi][mt][i] + red[((gi * kMTiles + mt) * 4 + i) * (kWarps * 32) + threadIdx.x];
+        const int64_t col = cta_col0 + 64 * mt + 16 * warp + g + (i >> 1) * 8;
+        const int64_t o = (tile.first_pair + t) * out_cols + col;
+        if (p.precision == ActPrecision::kF32) {
+          ops_detail::store1(static_cast<float*>(p.out) + o, v);
+        } else {
+          ops_detail::store1(static_cast<uint16_t*>(p.out) + o, v);
+        }
       }
     }
   }
@@ -359,14 +408,15 @@ __global__ void __launch_bounds__(kTilesThreads)
     first = p.offsets[e];
     count = max(0, p.offsets[e + 1] - first);
   }
-  const int n = (count + kTok - 1) / kTok;
+  const int tok = p.tile_tokens;
+  const int n = (count + tok - 1) / tok;
   int base = 0;
   Scan(scan_tmp).ExclusiveSum(n, base);
   for (int j = 0; j < n && base + j < bound; ++j) {
     MoeExpertTile t;
     t.expert = e;
-    t.first_pair = first + j * kTok;
-    t.count = min(kTok, count - j * kTok);
+    t.first_pair = first + j * tok;
+    t.count = min(tok, count - j * tok);
     p.tiles[base + j] = t;
   }
   if (e == kTilesThreads - 1) total = base + n;
@@ -458,11 +508,20 @@ void moe_interleave_act(const MoeInterleaveParams& p, cudaStream_t stream) {
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
-int64_t moe_expert_tile_bound(int32_t experts, int64_t pairs) {
+int64_t moe_expert_tile_bound(int32_t experts, int64_t pairs, int32_t tile_tokens) {
   DI_CHECK(experts > 0 && pairs >= 0, "moe_expert_tile_bound: experts {} pairs {}", experts, pairs);
-  // sum_e ceil(c_e / 8) <= (pairs + 7 * active experts) / 8, active <= min(experts, pairs).
+  DI_CHECK(tile_tokens == kMoeTileTokens || tile_tokens == kMoeTileTokensPrefill,
+           "moe_expert_tile_bound: tile_tokens {} ({} or {})", tile_tokens, kMoeTileTokens,
+           kMoeTileTokensPrefill);
+  // sum_e ceil(c_e / t) <= (pairs + (t - 1) * active experts) / t, active <= min(experts, pairs).
   const int64_t active = std::min<int64_t>(experts, pairs);
-  return (pairs + (kTok - 1) * active + kTok - 1) / kTok;
+  return (pairs + (tile_tokens - 1) * active + tile_tokens - 1) / tile_tokens;
+}
+
+int32_t moe_expert_tile_tokens(int32_t experts, int64_t pairs) {
+  // Prefill tiles once the experts average 32+ pairs (most tiles would be full); either choice
+  // gives bitwise the same outputs.
+  return pairs >= int64_t{32} * experts ? kMoeTileTokensPrefill : kMoeTileTokens;
 }
 
 void moe_expert_tiles(const MoeExpertTilesParams& p, cudaStream_t stream) {
@@ -470,7 +529,10 @@ void moe_expert_tiles(const MoeExpertTilesParams& p, cudaStream_t stream) {
            "moe_expert_tiles: experts {} (1..{} supported)", p.experts, kTilesThreads);
   DI_CHECK(p.pairs >= 0 && p.pairs <= INT32_MAX, "moe_expert_tiles: pairs {}", p.pairs);
   DI_CHECK(p.offsets != nullptr && p.tiles != nullptr, "moe_expert_tiles: null offsets or tiles");
-  const int64_t bound = moe_expert_tile_bound(p.experts, p.pairs);
+  DI_CHECK(p.tile_tokens == kMoeTileTokens || p.tile_tokens == kMoeTileTokensPrefill,
+           "moe_expert_tiles: tile_tokens {} ({} or {})", p.tile_tokens, kMoeTileTokens,
+           kMoeTileTokensPrefill);
+  const int64_t bound = moe_expert_tile_bound(p.experts, p.pairs, p.tile_tokens);
   if (bound == 0) return;
   moe_expert_tiles_kernel<<<1, kTilesThreads, 0, stream>>>(p, bound);
   DI_CUDA_CHECK(cudaGetLastError());
@@ -493,16 +555,20 @@ void moe_expert_gemm(const MoeExpertGemmParams& p, cudaStream_t stream) {
            p.pairs, p.n, p.k);
   DI_CHECK(reinterpret_cast<uintptr_t>(p.xq) % 16 == 0,
            "moe_expert_gemm: xq must be 16-byte aligned");
-  const int64_t bound = moe_expert_tile_bound(p.experts, p.pairs);
+  const int64_t bound = moe_expert_tile_bound(p.experts, p.pairs, p.tile_tokens);
   DI_CHECK(p.tile_count >= bound && p.tile_count <= 65535,
-           "moe_expert_gemm: tile_count {} (need {} for {} pairs over {} experts, <= 65535)",
-           p.tile_count, bound, p.pairs, p.experts);
-  const int64_t smem = gemm_smem_bytes(p.k);
-  DI_CUDA_CHECK(cudaFuncSetAttribute(
-      moe_expert_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+           "moe_expert_gemm: tile_count {} (need {} for {} pairs over {} experts in tiles of {}, "
+           "<= 65535)",
+           p.tile_count, bound, p.pairs, p.experts, p.tile_tokens);
+  const bool prefill = p.tile_tokens == kMoeTileTokensPrefill;
+  const int64_t smem = gemm_smem_bytes(p.k, prefill ? kMoeTileTokensPrefill / 8 : 1);
+  auto* kernel =
+      prefill ? moe_expert_gemm_kernel<kMoeTileTokensPrefill / 8> : moe_expert_gemm_kernel<1>;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(kSplit * ((p.mats * p.n + kCtaRows - 1) / kCtaRows)),
                   static_cast<unsigned>(p.tile_count));
-  moe_expert_gemm_kernel<<<grid, kWarps * 32, static_cast<size_t>(smem), stream>>>(p);
+  kernel<<<grid, kWarps * 32, static_cast<size_t>(smem), stream>>>(p);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 

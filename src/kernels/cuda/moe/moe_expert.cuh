@@ -13,8 +13,13 @@
 
 namespace di {
 
-// Entries of the tile list for `pairs` pairs over `experts` experts: enough for any routing.
-int64_t moe_expert_tile_bound(int32_t experts, int64_t pairs);
+// Entries of the tile list for `pairs` pairs over `experts` experts in tiles of `tile_tokens`
+// (kMoeTileTokens or kMoeTileTokensPrefill): enough for any routing.
+int64_t moe_expert_tile_bound(int32_t experts, int64_t pairs, int32_t tile_tokens = kMoeTileTokens);
+
+// The tile size for a step: prefill tiles once the experts average 32+ pairs (host-side choice;
+// outputs are bitwise the same either way).
+int32_t moe_expert_tile_tokens(int32_t experts, int64_t pairs);
 
 // Tile list (expert, first pair, count) from moe_permute's offsets.
 void moe_expert_tiles(const MoeExpertTilesParams& params, cudaStream_t stream);
