@@ -549,23 +549,23 @@ TEST(MoeExpertGpu, InterleaveIsTheBlockPermutation) {
   EXPECT_THROW(moe_interleave_act(p, st), Error);
 }
 
-TEST(MoeExpertGpu, LauncherRejectsBadParams) {
-  DI_REQUIRE_GPU();
-  Stream stream;
-  const cudaStream_t st = stream.get();
-  DeviceBuffer buf(1 << 20, "scratch");
+// The launchers validate before touching the device, so this runs without a GPU (in CI): the
+// pointers are host addresses that are never dereferenced.
+TEST(MoeExpertLaunch, RejectsBadParamsBeforeAnyDeviceWork) {
+  alignas(256) static std::byte fake[1024];
+  const cudaStream_t st = nullptr;
   MoeExpertGemmParams ok;
-  ok.xq = buf.as<uint8_t>();
-  ok.xq_scale = buf.as<uint8_t>();
-  ok.tiles = buf.as<MoeExpertTile>();
+  ok.xq = reinterpret_cast<const uint8_t*>(fake);
+  ok.xq_scale = ok.xq;
+  ok.tiles = reinterpret_cast<const MoeExpertTile*>(fake);
   ok.tile_count = moe_expert_tile_bound(kE, 6);
-  ok.weights = buf.as<Fp4ExpertMatrix>();
+  ok.weights = reinterpret_cast<const Fp4ExpertMatrix*>(fake);
   ok.experts = kE;
   ok.mats = 2;
   ok.pairs = 6;
   ok.n = kInter;
   ok.k = kDim;
-  ok.out = buf.data();
+  ok.out = fake;
   auto bad = [&](auto edit) {
     MoeExpertGemmParams p = ok;
     edit(p);
@@ -576,26 +576,69 @@ TEST(MoeExpertGpu, LauncherRejectsBadParams) {
   bad([](MoeExpertGemmParams& p) { p.n = 40; });
   bad([](MoeExpertGemmParams& p) { p.mats = 3; });
   bad([](MoeExpertGemmParams& p) { p.tile_count = 1; });
+  bad([](MoeExpertGemmParams& p) { p.tile_tokens = 16; });
+  bad([](MoeExpertGemmParams& p) {  // a prefill list is shorter than a decode one: too short
+    p.tile_tokens = kMoeTileTokens;
+    p.pairs = 600;
+    p.tile_count = moe_expert_tile_bound(kE, 600, kMoeTileTokensPrefill);
+  });
   bad([](MoeExpertGemmParams& p) { p.weights = nullptr; });
-  bad([&](MoeExpertGemmParams& p) { p.xq = buf.as<uint8_t>() + 4; });
-  bad([&](MoeExpertGemmParams& p) {
-    p.pair_index = buf.as<int32_t>();
+  bad([](MoeExpertGemmParams& p) { p.xq += 4; });
+  bad([](MoeExpertGemmParams& p) {
+    p.pair_index = reinterpret_cast<const int32_t*>(p.out);
     p.topk = 0;
   });
   MoeSwigluQuantParams sq;
-  sq.gu = buf.data();
-  sq.codes = buf.as<uint8_t>();
-  sq.scales = buf.as<uint8_t>();
+  sq.gu = fake;
+  sq.codes = reinterpret_cast<uint8_t*>(fake);
+  sq.scales = sq.codes;
   sq.pairs = 4;
   sq.inter = 48;
   EXPECT_THROW(moe_swiglu_quant(sq, st), Error);
+  sq.inter = 64;
+  sq.gu = nullptr;
+  EXPECT_THROW(moe_swiglu_quant(sq, st), Error);
   MoeExpertTilesParams tp;
-  tp.offsets = buf.as<int32_t>();
-  tp.tiles = buf.as<MoeExpertTile>();
+  tp.offsets = reinterpret_cast<const int32_t*>(fake);
+  tp.tiles = reinterpret_cast<MoeExpertTile*>(fake);
   tp.experts = 2000;
   tp.pairs = 6;
   EXPECT_THROW(moe_expert_tiles(tp, st), Error);
-  DI_CUDA_CHECK(cudaStreamSynchronize(st));
+  tp.experts = kE;
+  tp.tile_tokens = 7;
+  EXPECT_THROW(moe_expert_tiles(tp, st), Error);
+  MoeInterleaveParams ip;
+  ip.src = reinterpret_cast<const uint8_t*>(fake);
+  ip.dst = reinterpret_cast<uint8_t*>(fake) + 512;
+  ip.rows = 1;
+  ip.k = 40;
+  EXPECT_THROW(moe_interleave_act(ip, st), Error);
+  ip.k = 64;
+  ip.dst += 8;
+  EXPECT_THROW(moe_interleave_act(ip, st), Error);
+}
+
+// Tile-list sizes: the bound covers the worst routing (every active expert with a partial tile),
+// and the regime choice follows the average pairs per expert.
+TEST(MoeExpertLaunch, TileBoundsAndRegime) {
+  EXPECT_EQ(moe_expert_tile_bound(kE, 0), 0);
+  EXPECT_EQ(moe_expert_tile_bound(kE, 6), 6);                     // 6 experts, 1 pair each
+  EXPECT_EQ(moe_expert_tile_bound(kE, 96), 96);                   // up to 96 experts
+  EXPECT_EQ(moe_expert_tile_bound(8, 26), (26 + 7 * 8 + 7) / 8);  // 8 experts, 26 pairs
+  EXPECT_EQ(moe_expert_tile_bound(kE, 24576, kMoeTileTokensPrefill), (24576 + 63 * 384 + 63) / 64);
+  // Exhaustive on a small case: every split of 20 pairs over 3 experts fits the bound.
+  for (int a = 0; a <= 20; ++a)
+    for (int b = 0; a + b <= 20; ++b) {
+      const int c = 20 - a - b;
+      for (const int t : {kMoeTileTokens, kMoeTileTokensPrefill}) {
+        const int64_t need = (a + t - 1) / t + (b + t - 1) / t + (c + t - 1) / t;
+        EXPECT_LE(need, moe_expert_tile_bound(3, 20, t)) << a << " " << b << " " << t;
+      }
+    }
+  EXPECT_EQ(moe_expert_tile_tokens(kE, 6 * 64), kMoeTileTokens);
+  EXPECT_EQ(moe_expert_tile_tokens(kE, 32 * kE), kMoeTileTokensPrefill);
+  EXPECT_THROW(moe_expert_tile_bound(0, 6), Error);
+  EXPECT_THROW(moe_expert_tile_bound(kE, 6, 16), Error);
 }
 
 }  // namespace

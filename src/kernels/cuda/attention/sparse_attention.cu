@@ -23,7 +23,6 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -688,18 +687,12 @@ int num_chunks(int topk_width) {
   return 1 + (topk_width + kChunk - 1) / kChunk;
 }
 
-// Once per device and instantiation (cudaFuncSetAttribute costs tens of microseconds of host
-// time): raise the kernel's shared-memory limit.
+// Raise the kernel's shared-memory limit (a host-side attribute of the current device's function;
+// set on every launch rather than remembered in process-wide state).
 template <typename T>
 void allow_smem(int bytes) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<bool> done[kMaxDevices] = {};
-  int device = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < kMaxDevices && done[device].load(std::memory_order_acquire)) return;
   DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel<T>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  if (device < kMaxDevices) done[device].store(true, std::memory_order_release);
 }
 
 template <typename T>

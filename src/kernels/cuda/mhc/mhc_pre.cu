@@ -23,7 +23,6 @@
 
 #include <cuda_bf16.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -502,19 +501,13 @@ bool aligned(const void* ptr, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
-// Once per device and instantiation (cudaFuncSetAttribute costs tens of microseconds): raise the
-// shared-memory limit and return the number of CTAs the device holds at once (the persistent
-// grid). The grid size changes only which CTA does an item, never how a row is computed.
+// Raise the shared-memory limit and return the number of CTAs the current device holds at once
+// (the persistent grid); queried on every launch rather than remembered in process-wide state.
+// The grid size changes only which CTA does an item, never how a row is computed.
 template <MhcStorage S, int kStages>
 int resident_ctas() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};
   int device = 0;
   DI_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < kMaxDevices) {
-    const int n = cached[device].load(std::memory_order_acquire);
-    if (n > 0) return n;
-  }
   DI_CUDA_CHECK(cudaFuncSetAttribute(mhc_pre_partial_kernel<S, kStages>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      smem_bytes<S, kStages>()));
@@ -522,9 +515,7 @@ int resident_ctas() {
   DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_sm, mhc_pre_partial_kernel<S, kStages>, kThreads, smem_bytes<S, kStages>()));
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int n = per_sm * sms > 0 ? per_sm * sms : 1;
-  if (device < kMaxDevices) cached[device].store(n, std::memory_order_release);
-  return n;
+  return per_sm * sms > 0 ? per_sm * sms : 1;
 }
 
 template <MhcStorage S, int kStages>
