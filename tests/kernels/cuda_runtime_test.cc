@@ -14,18 +14,12 @@
 #include "backend/cuda/device_arena.h"
 #include "backend/cuda/device_buffer.h"
 #include "common/error.h"
+#include "tests_support/error_of.h"
 
 namespace di {
 namespace {
 
-std::string error_of(void (*f)()) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 // These need no device.
 TEST(CudaCheckTest, NamesTheErrorTheExpressionAndTheLocation) {

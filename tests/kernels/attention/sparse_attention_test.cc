@@ -29,6 +29,7 @@
 #include "kernels/cpu/kv_pack.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/sparse_attn.h"
+#include "tests_support/error_of.h"
 
 namespace di {
 namespace {
@@ -387,16 +388,7 @@ TEST(SparseAttentionGpu, RowIsBatchInvariant) {
   }
 }
 
-// The message of the di::Error a call throws ("" when it throws none).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // Launcher checks (no device needed: they run before any CUDA call).
 TEST(SparseAttentionGpu, BadParamsAreRejected) {

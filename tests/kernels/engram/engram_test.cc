@@ -33,6 +33,7 @@
 #include "engram/row_gather.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cuda/engram/engram.cuh"
+#include "tests_support/error_of.h"
 
 namespace di {
 namespace {
@@ -64,14 +65,7 @@ const char* name_of(ActPrecision p) {
   return p == ActPrecision::kF32 ? "fp32" : "bf16";
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // ---- engram_decode_rows ----
 

@@ -549,6 +549,32 @@ TEST(MoeExpertGpu, InterleaveIsTheBlockPermutation) {
   EXPECT_THROW(moe_interleave_act(p, st), Error);
 }
 
+// A step with no tokens: the permutation writes all-zero offsets, the tile list is empty and the
+// GEMM launches nothing (its output stays poisoned).
+TEST(MoeExpertGpu, EmptyStepIsANoOp) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const Routing r = route({}, 0, kE, kTopk, st);
+  EXPECT_EQ(r.off, std::vector<int32_t>(kE + 1, 0));
+  EXPECT_EQ(r.tile_count, 0);
+  const ExpertSet w = make_experts(kE, 1, 64, 64, 1, 6000, st);
+  const Act x = random_act(1, 64, 6001, st);
+  DeviceBuffer out = poisoned<float>(16, st);
+  MoeExpertGemmParams p;
+  p.xq = x.d_codes.as<uint8_t>();
+  p.xq_scale = x.d_scales.as<uint8_t>();
+  p.tiles = r.d_tiles.as<MoeExpertTile>();
+  p.weights = w.table.as<Fp4ExpertMatrix>();
+  p.experts = kE;
+  p.n = 64;
+  p.k = 64;
+  p.out = out.data();
+  moe_expert_gemm(p, st);
+  for (const float v : download<float>(out, 16, st))
+    EXPECT_TRUE(std::isnan(v));
+}
+
 // The launchers validate before touching the device, so this runs without a GPU (in CI): the
 // pointers are host addresses that are never dereferenced.
 TEST(MoeExpertLaunch, RejectsBadParamsBeforeAnyDeviceWork) {

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "config/engram_params.h"
+#include "tests_support/error_of.h"
 
 namespace di {
 namespace {
@@ -25,17 +26,7 @@ std::string repo(const std::string& rel) {
   return std::string(DI_SOURCE_DIR) + "/" + rel;
 }
 
-// Runs `fn` and returns the di::Error message (fails the test when nothing is thrown).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected di::Error";
-  return {};
-}
+using test::error_of;
 
 TEST(ModelConfig, ParsesNestedV41ReleaseConfig) {
   ModelConfig c = load_model_config_file(repo("configs/v41-flash.json"));
