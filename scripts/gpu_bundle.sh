@@ -7,9 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${DI_GPU_BUILD_DIR:-build/cuda-release}
 tests=(kernel_test fp8_gemm_kernel_test dense_ops_kernel_test mhc_kernel_test attention_kernel_test
-       indexer_kernel_test kv_write_kernel_test moe_kernel_test engram_kernel_test)
+       indexer_kernel_test kv_write_kernel_test moe_kernel_test engram_kernel_test
+       wo_a_kernel_test)
 benches=(dequant_bench fp8_gemm_bench dense_ops_bench mhc_bench attention_bench indexer_bench
-         kv_write_bench moe_bench)
+         kv_write_bench moe_bench wo_a_bench)
 if [[ -z "${DI_GPU_BUILD_DIR:-}" ]]; then
   cmake --preset cuda-release >/dev/null
   targets=()

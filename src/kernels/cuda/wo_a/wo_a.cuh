@@ -1,0 +1,22 @@
+#pragma once
+
+// CUDA launcher of the grouped low-rank attention output projection wo_a (kernels/params/wo_a.h).
+// Host-only declarations; the launcher validates (di::Error naming the op and sizes) before any
+// CUDA call, never allocates, never synchronizes.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/params/wo_a.h"
+
+namespace di {
+
+// The fixed K split of a group's dot products (1, 2, 4 or 8 slices of group_width, summed in
+// slice order): a function of group_width only, never of rows. 8 for V4.1's 4096.
+int wo_a_k_split(int64_t group_width);
+
+// z = the grouped projection of o by the FP8 block-scaled wo_a (decode regime: weight streaming).
+void wo_a(const WoAParams& params, cudaStream_t stream);
+
+}  // namespace di
