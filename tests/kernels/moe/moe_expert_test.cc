@@ -25,7 +25,7 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cuda/moe/moe_route.cuh"
 
-namespace di {
+namespace di::moe_expert_test {
 namespace {
 
 using dense_test::download;
@@ -668,4 +668,4 @@ TEST(MoeExpertLaunch, TileBoundsAndRegime) {
 }
 
 }  // namespace
-}  // namespace di
+}  // namespace di::moe_expert_test
