@@ -28,6 +28,7 @@
 #include "common/fp4.h"
 #include "common/fp8.h"
 #include "kernels/cuda/dequant.cuh"
+#include "kernels/cuda/ops/device_common.cuh"
 
 namespace di {
 namespace {
@@ -72,14 +73,9 @@ __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
 // hardware rounds once to bf16 with RNE.
 __device__ __forceinline__ void fp8x4_to_bf16x4_hw(uint32_t word, float scale, uint32_t& lo,
                                                    uint32_t& hi) {
-  const __half2 h01(
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word & 0xFFFFu), __NV_E4M3));
-  const __half2 h23(
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> 16), __NV_E4M3));
-  const float2 f01 = __half22float2(h01);
-  const float2 f23 = __half22float2(h23);
-  lo = bf16x2_bits(f01.x * scale, f01.y * scale);
-  hi = bf16x2_bits(f23.x * scale, f23.y * scale);
+  const float4 f = ops_detail::e4m3x4_to_float4(word);
+  lo = bf16x2_bits(f.x * scale, f.y * scale);
+  hi = bf16x2_bits(f.z * scale, f.w * scale);
 }
 
 __device__ __forceinline__ void fp8x4_to_bf16x4(uint32_t word, float scale, bool scale_is_nan,

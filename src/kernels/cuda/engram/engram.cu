@@ -51,14 +51,9 @@ __device__ __forceinline__ bool has_e4m3_nan(uint32_t word) {
 
 // The 4 values of `word` (lowest byte first) times `scale`.
 __device__ __forceinline__ float4 e4m3x4_scaled(uint32_t word, float scale) {
-  const __half2 h01(
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word & 0xFFFFu), __NV_E4M3));
-  const __half2 h23(
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> 16), __NV_E4M3));
-  const float2 f01 = __half22float2(h01);
-  const float2 f23 = __half22float2(h23);
-  return make_float4(__fmul_rn(f01.x, scale), __fmul_rn(f01.y, scale), __fmul_rn(f23.x, scale),
-                     __fmul_rn(f23.y, scale));
+  const float4 f = ops_detail::e4m3x4_to_float4(word);
+  return make_float4(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale), __fmul_rn(f.z, scale),
+                     __fmul_rn(f.w, scale));
 }
 
 // fp32: the hardware path for every word (a NaN code or scale gives a NaN, as on the CPU; only

@@ -5,6 +5,7 @@
 // from .cu files.
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -80,6 +81,18 @@ __device__ __forceinline__ uint32_t e4m3x4(float4 v) {
   const uint32_t a = __nv_cvt_float2_to_fp8x2(lo, __NV_SATFINITE, __NV_E4M3);
   const uint32_t b = __nv_cvt_float2_to_fp8x2(hi, __NV_SATFINITE, __NV_E4M3);
   return (a & 0xFFFFu) | (b << 16);
+}
+
+// The 4 e4m3 codes of `word` (lowest byte first) as fp32, exactly (e4m3 -> f16 -> f32; a NaN code
+// gives a NaN).
+__device__ __forceinline__ float4 e4m3x4_to_float4(uint32_t word) {
+  const __half2 h01(
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word & 0xFFFFu), __NV_E4M3));
+  const __half2 h23(
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> 16), __NV_E4M3));
+  const float2 f01 = __half22float2(h01);
+  const float2 f23 = __half22float2(h23);
+  return make_float4(f01.x, f01.y, f23.x, f23.y);
 }
 
 __device__ __forceinline__ float abs_max4(float4 v) {
