@@ -97,7 +97,9 @@ struct EmbeddingParams {
 // Each output is accumulated in one fixed order (lane-strided 8-element chunks of k, then a fixed
 // warp tree), the same for every number of rows: no split-K, rows are batch-invariant. The CPU
 // reference is cpu::linear<float> (ascending k), so results agree to fp32 rounding (~1e-6 rel).
-// dim % 256 == 0.
+// Any dim > 0: dim % 256 == 0 runs the vectorised kernel (x and weight 16-byte aligned), other dims
+// (the fixture models' small projections) a scalar one with lane-strided single elements of k in
+// place of the 8-element chunks; the choice depends on dim only.
 struct LmHeadParams {
   const float* x = nullptr;          // [rows, dim] fp32
   const uint16_t* weight = nullptr;  // [vocab, dim] bf16

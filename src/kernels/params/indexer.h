@@ -11,9 +11,12 @@
 //   mask       Reindex layers: scores = -inf outside the pool (cpu::apply_candidate_mask).
 //   top-k      the best k of a row (lower index wins ties), sorted by position, -1 padded
 //              (cpu::select_topk).
+//   query pack the RoPE'd fp32/bf16 query heads -> FP4 e2m1 / UE8M0-32 index-key rows
+//              (cpu::fp4_quant_ue8m0 + cpu::pack_index_key, bytes identical).
 
 #include <cstdint>
 
+#include "kernels/params/dense_ops.h"
 #include "kernels/params/kv_cache.h"
 
 namespace di {
@@ -40,6 +43,27 @@ struct IndexerScoreParams {
   int64_t n_cols = 0;        // columns written per row (>= every visible, or scores stop there)
   int64_t score_stride = 0;  // >= n_cols, floats between rows
   float* scores = nullptr;   // [rows, score_stride] fp32 out; -inf for visible <= t < n_cols
+  // Widths. The comments above give the production 32 x 128 (the tensor-core kernel); other
+  // widths (the small test models: 8 x 64) run a generic kernel with the same exactness: q row
+  // = heads * index_key_bytes(dim) bytes, weights [rows, heads], key entries index_key_bytes(dim).
+  // Generic: dim a positive multiple of 32, heads * (dim + 1) <= kIndexerGenericMaxFloats.
+  int32_t heads = kIndexHeads;
+  int32_t dim = kIndexDim;
+};
+inline constexpr int kIndexerGenericMaxFloats = 8192;  // shared q floats of the generic kernel
+
+// Packs the indexer query heads like index keys: each head row of dim values is quantised exactly
+// as cpu::fp4_quant_ue8m0 (block 32) and stored as cpu::pack_index_key does (dim / 2 bytes of
+// packed e2m1, even element in the low nibble, then dim / 32 UE8M0 bytes): bytes identical to the
+// CPU packer. Any heads >= 1 and dim a positive multiple of 32 (production 32 x 128, the small
+// models 8 x 64).
+struct IndexQueryPackParams {
+  const void* q = nullptr;  // [rows, heads, dim] fp32 or bf16 (precision), RoPE already applied
+  uint8_t* out = nullptr;   // [rows, heads, index_key_bytes(dim)]
+  int64_t rows = 0;
+  int32_t heads = kIndexHeads;
+  int32_t dim = kIndexDim;
+  ActPrecision precision = ActPrecision::kF32;
 };
 
 // Top-k of every row: out[r, 0 .. min(k, n)) = cpu::select_topk(scores[r], n, visible[r], k).

@@ -30,6 +30,22 @@ inline constexpr int kIndexDim = 128;
 inline constexpr int kIndexScaleBlock = 32;
 inline constexpr int kIndexKeyBytes = kIndexDim / 2 + kIndexDim / kIndexScaleBlock;  // 68
 
+// Entry bytes of the same three formats at another width `dim` (the small test models: latent 128,
+// index keys 64), same layouts as above: SWA dim codes + dim / 32 UE8M0 bytes; compressed dim / 2
+// packed e2m1 + dim / 16 e4m3 scales; index key dim / 2 packed e2m1 + dim / 32 UE8M0 bytes.
+DI_HOST_DEVICE constexpr int swa_entry_bytes(int dim) {
+  return dim + dim / kSwaScaleBlock;
+}
+DI_HOST_DEVICE constexpr int comp_entry_bytes(int dim) {
+  return dim / 2 + dim / kCompScaleBlock;
+}
+DI_HOST_DEVICE constexpr int index_key_bytes(int dim) {
+  return dim / 2 + dim / kIndexScaleBlock;
+}
+static_assert(swa_entry_bytes(kKvDim) == kSwaEntryBytes &&
+              comp_entry_bytes(kKvDim) == kCompEntryBytes &&
+              index_key_bytes(kIndexDim) == kIndexKeyBytes);
+
 // One paged table (one StateKind of one owner) for a batch of sequences. Entry e of batch row b
 // lives at
 //   pool + pages[b * pages_stride + e / entries_per_page] * page_bytes

@@ -25,15 +25,26 @@
 //            cpu/quant.h (scale arithmetic in fp32, element x / s correctly rounded, RNE codes).
 // Activations in bf16 storage are widened exactly to fp32; nothing is rounded to bf16 afterwards
 // (the reference computes these sites in fp32).
+//
+// Widths. The comments below give the production V4.1 widths (latent 512, RoPE 64, index keys 128),
+// which run the tuned kernels. Other widths (the small test models: latent 128, index keys 64) set
+// `dim` / `rope_dim` (/ `latent_dim`) and run a generic kernel per launcher (one CTA per row,
+// block- strided loops) with the same arithmetic and so the same exactness contract. Generic
+// widths: dim a positive multiple of 32 (the scale blocks), rope_dim even and in [2, dim],
+// latent_dim a positive multiple of 4, rows held in shared memory (dim, latent_dim + dim <=
+// kKvGenericMaxFloats). Entry bytes at width dim: swa_entry_bytes / comp_entry_bytes /
+// index_key_bytes (kv_cache.h).
 
 #include <cstdint>
 
+#include "common/host_device.h"
 #include "kernels/params/dense_ops.h"
 #include "kernels/params/kv_cache.h"
 
 namespace di {
 
 inline constexpr int kKvRopeDim = 64;  // RoPE tail of the 512-wide latent and of the 128-wide key
+inline constexpr int kKvGenericMaxFloats = 8192;  // shared-memory row floats of the generic kernels
 
 // Window KV write of one layer (every backbone layer and DSpark stage): for each row r,
 //   kv = RoPE(rms_norm(x[r], kv_norm), positions[r]) (RoPE on the last 64 of 512),
@@ -66,12 +77,14 @@ struct SwaWriteParams {
   PagedTable table;                    // SWA table, entry_bytes == kSwaEntryBytes
   uint8_t* chunk_entries = nullptr;    // [rows, 528] optional copy of every row's entry
   int64_t rows = 0;
-  int64_t x_stride = 0;  // elements between rows of x; 0 = 512
+  int64_t x_stride = 0;  // elements between rows of x; 0 = dim (512)
   int32_t ring_block = 0;
   int32_t window = 128;
   bool write_ring = true;
   float eps = 1e-6f;
   ActPrecision precision = ActPrecision::kF32;
+  int32_t dim = kKvDim;  // row width (512 above); entries swa_entry_bytes(dim)
+  int32_t rope_dim = kKvRopeDim;
 };
 
 // Compressor of a ratio-1 owner (layer 20): every row emits a group (group index = position):
@@ -87,9 +100,11 @@ struct CompressRatio1Params {
   float* latent = nullptr;             // [rows, 512] fp32 pre-RoPE latents (index-key input)
   PagedTable table;                    // compressed-KV table, entry_bytes == kCompEntryBytes
   int64_t rows = 0;
-  int64_t x_stride = 0;  // elements; 0 = 512
+  int64_t x_stride = 0;  // elements; 0 = dim (512)
   float eps = 1e-6f;
   ActPrecision precision = ActPrecision::kF32;
+  int32_t dim = kKvDim;  // row width (512 above); entries comp_entry_bytes(dim)
+  int32_t rope_dim = kKvRopeDim;
 };
 
 // Carried tail of a ratio-2 compressor, one per sequence (the CPU's BlockState tail_kv/tail_score):
@@ -98,7 +113,12 @@ struct CompressRatio1Params {
 // was in an earlier launch reads its kv/score from slot 0. After a launch the state equals the
 // CPU's: slot p % 2 holds the rows of the sequence's last two positions (the owner initialises a
 // new sequence's state, e.g. score = -inf; the kernels never read a slot before it was written).
-inline constexpr int64_t kRatio2StateFloats = 2 * 2 * kKvDim;
+// At width dim (CompressRatio2Params::dim) a state row is ratio2_state_floats(dim) = 4 * dim
+// floats.
+DI_HOST_DEVICE constexpr int64_t ratio2_state_floats(int64_t dim) {
+  return 2 * 2 * dim;
+}
+inline constexpr int64_t kRatio2StateFloats = ratio2_state_floats(kKvDim);
 
 // One CTA's work in the ratio-2 compressor, built on the host by plan_compressor
 // (kv_write.cuh) from the rows' sequences and positions.
@@ -131,13 +151,15 @@ struct CompressRatio2Params {
   const float* norm_weight = nullptr;  // [512] comp_norm weight
   const float* freqs = nullptr;        // [32]
   const Ratio2Work* work = nullptr;    // [works] (device memory), from plan_compressor
-  float* state = nullptr;              // [state rows, kRatio2StateFloats] carried tails
+  float* state = nullptr;              // [state rows, ratio2_state_floats(dim)] carried tails
   float* latent = nullptr;             // [groups, 512] fp32 pre-RoPE latents of emitted groups
   PagedTable table;                    // compressed-KV table, entry_bytes == kCompEntryBytes
   int64_t works = 0;
-  int64_t x_stride = 0;  // elements between rows of kv and of score; 0 = 512
+  int64_t x_stride = 0;  // elements between rows of kv and of score; 0 = dim (512)
   float eps = 1e-6f;
   ActPrecision precision = ActPrecision::kF32;
+  int32_t dim = kKvDim;  // row width (512 above); state rows ratio2_state_floats(dim)
+  int32_t rope_dim = kKvRopeDim;
 };
 
 // Index keys of an owner: for each emitted group g (latent row g),
@@ -155,6 +177,9 @@ struct IndexKeyParams {
   int64_t groups = 0;
   int32_t ratio = 1;  // RoPE position = group * ratio
   float eps = 1e-6f;
+  int32_t latent_dim = kKvDim;  // latent width (512 above); wk is [dim, latent_dim] bf16
+  int32_t dim = kIndexDim;      // key width (128 above); entries index_key_bytes(dim)
+  int32_t rope_dim = kKvRopeDim;
 };
 
 }  // namespace di

@@ -1,19 +1,27 @@
 #pragma once
 
 // Params of the CSA2 sparse attention on the GPU (issue 7, delta spec §5.2 step 3d-4): per query
-// row, the 64 query heads of 512 dims attend to one shared K = V latent per entry over
-//   window:     the positions max(0, pos - window + 1) .. pos, FP8 SWA entries (528 B) read from
-//               the sequence's paged ring (positions < chunk_start) or from the chunk's own
-//               freshly written entries (positions >= chunk_start, contiguous [*, 528]);
-//   compressed: the row's top-k compressed indices (-1 = masked), FP4 entries (288 B) of the
-//               kv-source owner's paged table;
-// with the per-head sink as an extra softmax logit and scale `scale` (512^-1/2); the output gets
-// the inverse RoPE on its last rope_dim values. Reference: cpu::sparse_attention on the unpacked
-// entries (kernels/cpu/kv_pack.h) followed by RopeTable::apply(inverse).
+// row, the `heads` query heads of `head_dim` dims (V4.1: 64 x 512) attend to one shared K = V
+// latent per entry over
+//   window:     the positions max(0, pos - window + 1) .. pos, FP8 SWA entries
+//               (swa_entry_bytes(head_dim), 528 B at 512) read from the sequence's paged ring
+//               (positions < chunk_start) or from the chunk's own freshly written entries
+//               (positions >= chunk_start, contiguous rows of one entry each);
+//   compressed: the row's top-k compressed indices (-1 = masked), FP4 entries
+//               (comp_entry_bytes(head_dim), 288 B at 512) of the kv-source owner's paged table;
+// with the per-head sink as an extra softmax logit and scale `scale` (head_dim^-1/2); the output
+// gets the inverse RoPE on its last rope_dim values. Reference: cpu::sparse_attention on the
+// unpacked entries (kernels/cpu/kv_pack.h) followed by RopeTable::apply(inverse).
+//
+// Dimensions: 64 heads x 512 run the tensor-core kernel (sparse_attention.cu, rope_dim 64,
+// topk_width <= 896). Any other heads / head_dim (the small fixture models) run a simple fp32
+// kernel (sparse_attention_generic.cu) of the same semantics: heads in [1, 128], head_dim a
+// multiple of 32 in [32, 1024], rope_dim even in [0, head_dim], topk_width <= 2048.
 //
 // Batch invariance: every row is split into the same fixed chunks of entries (the window, then
 // 128 top-k slots at a time), whatever the batch; the chunks are merged in chunk order. No
-// workspace: the chunks of a row are one thread-block cluster and merge in shared memory.
+// workspace: the chunks of a row are one thread-block cluster and merge in shared memory. (The
+// generic kernel: one CTA per (row, head), every reduction in one order fixed by the block shape.)
 
 #include <cstddef>
 #include <cstdint>
@@ -25,12 +33,18 @@ namespace di {
 
 inline constexpr int kAttnHeads = 64;
 inline constexpr int kAttnChunk = 128;  // entries per split (one CTA)
+// Limits of the dimension-generic kernel (heads x head_dim other than 64 x 512).
+inline constexpr int kAttnGenericMaxHeads = 128;
+inline constexpr int kAttnGenericMaxDim = 1024;
+inline constexpr int kAttnGenericMaxTopk = 2048;
 
 struct SparseAttnParams {
-  const void* q = nullptr;  // [rows, 64, 512] fp32 or bf16 (precision), RoPE already applied
-  void* out = nullptr;      // [rows, 64, 512] same precision
+  const void* q = nullptr;  // [rows, heads, head_dim] fp32 or bf16 (precision), RoPE applied
+  void* out = nullptr;      // [rows, heads, head_dim] same precision
   int64_t rows = 0;
   ActPrecision precision = ActPrecision::kF32;
+  int32_t heads = kAttnHeads;  // query heads (64: V4.1)
+  int32_t head_dim = kKvDim;   // K = V latent width (512: V4.1)
 
   // Per query row (device arrays of `rows` elements).
   const int32_t* seq = nullptr;          // batch row of the page tables for this row's sequence
@@ -38,16 +52,19 @@ struct SparseAttnParams {
   const int64_t* chunk_start = nullptr;  // first position held in chunk_kv for this sequence
   const int64_t* chunk_row0 = nullptr;   // chunk_kv row that holds position chunk_start
 
-  // Window: the SWA table (entry_bytes 528) and the ring of this layer (block index ring_block).
+  // Window: the SWA table (entry_bytes swa_entry_bytes(head_dim)) and the ring of this layer
+  // (block index ring_block).
   PagedTable swa;
   int32_t ring_block = 0;
   int32_t window = 128;
-  const uint8_t* chunk_kv = nullptr;  // [*, 528] entries of positions >= chunk_start (may be null
-                                      // when every window position comes from the ring)
+  const uint8_t* chunk_kv = nullptr;  // [*, swa_entry_bytes(head_dim)] entries of positions >=
+                                      // chunk_start (may be null when every window position comes
+                                      // from the ring)
 
-  // Compressed entries (layers with ratio > 0): table of the kv source (entry_bytes 288) and the
-  // row's top-k indices [rows, topk_width] (-1 = masked). topk_width 0 = window only; at most
-  // 7 * 128 = 896 (a cluster of 8 CTAs per row). All topk_width slots of a row are read: the
+  // Compressed entries (layers with ratio > 0): table of the kv source (entry_bytes
+  // comp_entry_bytes(head_dim)) and the row's top-k indices [rows, topk_width] (-1 = masked).
+  // topk_width 0 = window only; at most 7 * 128 = 896 at 64 x 512 (a cluster of 8 CTAs per row),
+  // kAttnGenericMaxTopk at other dims. All topk_width slots of a row are read: the
   // caller fills the slots past the indexer's output with -1 (indexer_topk writes only min(k, n)
   // of them).
   PagedTable comp;
@@ -56,10 +73,15 @@ struct SparseAttnParams {
   int64_t comp_entries = 0;  // > 0: indices >= comp_entries are masked; the table's pages must
                              // hold that many entries per row (checked)
 
-  const float* sink = nullptr;        // [64] fp32
-  float scale = 0.0f;                 // softmax scale (512^-1/2)
+  const float* sink = nullptr;        // [heads] fp32
+  float scale = 0.0f;                 // softmax scale (head_dim^-1/2)
   const float* rope_freqs = nullptr;  // [rope_dim / 2] fp32: inverse RoPE of the output tail
   int32_t rope_dim = 64;
+  // true: the fp32 CUDA-core kernel (sparse_attention_generic.cu) at any dims, also 64 x 512:
+  // scores, softmax and the weighted sum all in fp32 (~1e-7 of the CPU reference, where the
+  // tensor-core kernel's hi + lo bf16 operands give ~1e-5). The fp32 forward's exact mode uses it
+  // so that rounding differences stay below the fixtures' recorded near-ties.
+  bool fp32_reference = false;
 };
 
 }  // namespace di

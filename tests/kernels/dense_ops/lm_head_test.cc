@@ -1,5 +1,6 @@
 // The LM head on the GPU against cpu::linear<float> on the real [129,280, 5,120] bf16 weight,
-// with poisoned outputs, and the bitwise batch invariance of its rows (M in {1, 7, 64, 1000}).
+// with poisoned outputs, and the bitwise batch invariance of its rows (M in {1, 7, 64, 1000});
+// the dim % 256 != 0 kernel at the fixture models' small dims (192, 64, an odd 67).
 //
 // Tolerance: the GPU sums k in a lane-strided tree, the CPU sequentially, both in fp32:
 // |gpu - cpu| <= 2e-5 * max|logit| per element and a normwise relative error <= 2e-6.
@@ -8,10 +9,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/dtype.h"
@@ -94,11 +98,83 @@ TEST_F(LmHeadTest, RowsAreBatchInvariant) {
   }
 }
 
+// The dim % 256 != 0 kernel (the fixture models' small projections: router gate at 192 x 12,
+// compressor / indexer projections at dims like 64), with an odd dim and a logits row stride:
+// against cpu::linear<float> (same tolerances as above) and a double dot product of the same
+// bf16 weights (normwise <= 1e-6), poisoned outputs (the stride gaps stay poisoned), and bitwise
+// batch invariance of the rows.
+TEST(LmHeadGenericDims, MatchesCpuLinearAndIsBatchInvariant) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  struct Shape2 {
+    int64_t vocab, dim;
+  };
+  for (const Shape2 sh : {Shape2{12, 192}, Shape2{1280, 192}, Shape2{515, 64}, Shape2{33, 67}}) {
+    const int64_t rows = 37, stride = sh.vocab + 3;
+    const auto wf = random_normal(static_cast<size_t>(sh.vocab * sh.dim), 40 + sh.dim, 0.1f);
+    const std::vector<uint16_t> wb = to_bf16(wf);
+    const auto x = random_normal(static_cast<size_t>(rows * sh.dim), 50 + sh.dim, 1.0f);
+    const DeviceBuffer wd = upload(wb, st), xd = upload(x, st);
+    auto run = [&](int64_t m) {
+      DeviceBuffer out = poisoned<float>(static_cast<size_t>(m * stride), st);
+      LmHeadParams p;
+      p.x = xd.as<float>();
+      p.weight = wd.as<uint16_t>();
+      p.logits = out.as<float>();
+      p.rows = m;
+      p.vocab = sh.vocab;
+      p.dim = sh.dim;
+      p.logits_stride = stride;
+      lm_head(p, st);
+      return download<float>(out, static_cast<size_t>(m * stride), st);
+    };
+    const auto got = run(rows);
+
+    const cpu::WeightRef w =
+        cpu::dense_weight(ConstTensorView{reinterpret_cast<const std::byte*>(wb.data()),
+                                          DType::kBF16, Shape{sh.vocab, sh.dim}},
+                          "gate.weight");
+    std::vector<float> ref(static_cast<size_t>(rows * sh.vocab));
+    cpu::linear<float>(x.data(), rows, w, ref.data());
+    double max_abs = 0, err2 = 0, ref2 = 0, max_err = 0, derr2 = 0, dref2 = 0;
+    for (int64_t m = 0; m < rows; ++m) {
+      for (int64_t n = 0; n < sh.vocab; ++n) {
+        const float g = got[static_cast<size_t>(m * stride + n)];
+        ASSERT_FALSE(std::isnan(g)) << "unwritten logit " << m << ", " << n << " dim " << sh.dim;
+        const double r = ref[static_cast<size_t>(m * sh.vocab + n)];
+        max_abs = std::max(max_abs, std::fabs(r));
+        max_err = std::max(max_err, std::fabs(g - r));
+        err2 += (g - r) * (g - r);
+        ref2 += r * r;
+        double d = 0;
+        for (int64_t k = 0; k < sh.dim; ++k)
+          d += static_cast<double>(x[static_cast<size_t>(m * sh.dim + k)]) *
+               bf16_to_float(wb[static_cast<size_t>(n * sh.dim + k)]);
+        derr2 += (g - d) * (g - d);
+        dref2 += d * d;
+      }
+      for (int64_t n = sh.vocab; n < stride; ++n)
+        ASSERT_TRUE(std::isnan(got[static_cast<size_t>(m * stride + n)]))
+            << "stride gap written, row " << m;
+    }
+    EXPECT_LE(max_err, 2e-5 * max_abs) << "dim " << sh.dim;
+    EXPECT_LE(std::sqrt(err2 / ref2), 2e-6) << "dim " << sh.dim;
+    EXPECT_LE(std::sqrt(derr2 / dref2), 1e-6) << "dim " << sh.dim;
+    for (const int64_t m : {int64_t{1}, int64_t{9}}) {
+      const auto part = run(m);
+      EXPECT_EQ(std::memcmp(part.data(), got.data(), part.size() * 4), 0)
+          << "rows of an M = " << m << " batch differ from the same rows at M = " << rows
+          << ", dim " << sh.dim;
+    }
+  }
+}
+
 TEST(LmHeadErrors, BadDimNamesTheOp) {
   LmHeadParams p;
   p.rows = 1;
   p.vocab = kVocab;
-  p.dim = 5000;
+  p.dim = -5000;
   try {
     lm_head(p, nullptr);
     FAIL() << "expected di::Error";

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -84,6 +85,68 @@ TEST(KvPack, WrongSizesAreRejected) {
   EXPECT_THROW(unpack_comp_entry(c, short_out), Error);
   std::vector<uint8_t> k(kIndexKeyBytes);
   EXPECT_THROW(pack_index_key(x, k), Error);  // 512 values for a 128-wide key
+}
+
+// Other widths (the small test models: latent 128, index keys 64; also 32 and 96): the width comes
+// from the value span, the entry sizes follow the formulas of kv_cache.h, the layout is the same
+// (scales after the codes) and unpack(pack(x)) is the simulation bit for bit.
+TEST(KvPack, GenericWidthsMatchSimulation) {
+  static_assert(swa_entry_bytes(128) == 132 && comp_entry_bytes(128) == 72 &&
+                index_key_bytes(64) == 34 && index_key_bytes(128) == kIndexKeyBytes);
+  for (const int dim : {32, 64, 96, 128}) {
+    SCOPED_TRACE(dim);
+    const auto n = static_cast<size_t>(dim);
+    for (uint64_t seed = 1; seed <= 10; ++seed) {
+      const auto x = random_values(n, 300 + seed + 17 * n);
+      std::vector<float> got(n);
+
+      std::vector<uint8_t> swa(static_cast<size_t>(swa_entry_bytes(dim)));
+      pack_swa_entry(x, swa);
+      unpack_swa_entry(swa, got);
+      std::vector<float> want = x;
+      act_quant_e4m3(std::span<float>(want), 32);
+      EXPECT_TRUE(bitwise_equal(got, want)) << "swa seed " << seed;
+      EXPECT_EQ(got[n - 1],
+                e4m3_to_float(swa[n - 1]) * e8m0_to_float(swa[n + (n - 1) / 32]));  // last block
+
+      std::vector<uint8_t> comp(static_cast<size_t>(comp_entry_bytes(dim)));
+      pack_comp_entry(x, comp);
+      unpack_comp_entry(comp, got);
+      want = x;
+      fp4_quant_e4m3(std::span<float>(want), 16);
+      EXPECT_TRUE(bitwise_equal(got, want)) << "comp seed " << seed;
+      EXPECT_EQ(got[17], e2m1_to_float(e2m1_hi(comp[8])) * e4m3_to_float(comp[n / 2 + 1]));
+
+      std::vector<uint8_t> key(static_cast<size_t>(index_key_bytes(dim)));
+      pack_index_key(x, key);
+      unpack_index_key(key, got);
+      want = x;
+      fp4_quant_ue8m0(std::span<float>(want), 32);
+      EXPECT_TRUE(bitwise_equal(got, want)) << "index key seed " << seed;
+      EXPECT_EQ(got[n - 2],
+                e2m1_to_float(e2m1_lo(key[n / 2 - 1])) * e8m0_to_float(key[n / 2 + (n - 2) / 32]));
+    }
+  }
+  // The 512-wide SWA packer applied to the first 128 values of a 512-wide row gives the same
+  // bytes as the 128-wide one on them: blocks are independent.
+  const auto x = random_values(kKvDim, 77);
+  std::vector<uint8_t> wide(kSwaEntryBytes), narrow(static_cast<size_t>(swa_entry_bytes(128)));
+  pack_swa_entry(x, wide);
+  pack_swa_entry(std::span<const float>(x.data(), 128), narrow);
+  EXPECT_TRUE(std::equal(narrow.begin(), narrow.begin() + 128, wide.begin()));
+  EXPECT_TRUE(std::equal(narrow.begin() + 128, narrow.end(), wide.begin() + kKvDim));
+}
+
+TEST(KvPack, GenericWidthsRejectBadSizes) {
+  std::vector<float> x100(100), x120(120), x64(64);
+  std::vector<uint8_t> e(600);
+  EXPECT_THROW(pack_swa_entry(x100, std::span<uint8_t>(e.data(), 103)), Error);  // 100 % 32
+  EXPECT_THROW(pack_comp_entry(x120, std::span<uint8_t>(e.data(), 67)), Error);  // 120 % 16
+  EXPECT_THROW(pack_index_key(x64, std::span<uint8_t>(e.data(), kIndexKeyBytes)), Error);
+  EXPECT_THROW(unpack_index_key(std::span<const uint8_t>(e.data(), 34), x100), Error);
+  std::vector<float> none;
+  EXPECT_THROW(pack_swa_entry(none, std::span<uint8_t>(e.data(), 0)), Error);
+  EXPECT_NO_THROW(pack_index_key(x64, std::span<uint8_t>(e.data(), 34)));
 }
 
 TEST(KvPack, PagedEntryAddressing) {

@@ -725,14 +725,25 @@ void sparse_attention(const SparseAttnParams& p, cudaStream_t stream) {
                p.chunk_start != nullptr && p.chunk_row0 != nullptr && p.sink != nullptr &&
                p.rope_freqs != nullptr,
            "sparse_attention: null q/out/seq/pos/chunk_start/chunk_row0/sink/rope_freqs");
+  DI_CHECK(p.heads >= 1 && p.heads <= kAttnGenericMaxHeads,
+           "sparse_attention: heads {} must be in [1, {}]", p.heads, kAttnGenericMaxHeads);
+  DI_CHECK(p.head_dim >= kSwaScaleBlock && p.head_dim <= kAttnGenericMaxDim &&
+               p.head_dim % kSwaScaleBlock == 0,
+           "sparse_attention: head_dim {} must be a multiple of {} in [{}, {}]", p.head_dim,
+           kSwaScaleBlock, kSwaScaleBlock, kAttnGenericMaxDim);
+  // 64 x 512 (V4.1) runs the tensor-core kernel; any other dims (or fp32_reference) the generic
+  // one.
+  const bool tensor_core = p.heads == kHeads && p.head_dim == kDim && !p.fp32_reference;
+  const int max_topk = tensor_core ? 7 * kChunk : kAttnGenericMaxTopk;
   DI_CHECK(p.window > 0 && p.window <= kChunk, "sparse_attention: window {} must be in [1, {}]",
            p.window, kChunk);
-  DI_CHECK(p.topk_width >= 0 && p.topk_width <= 7 * kChunk,
-           "sparse_attention: topk_width {} must be in [0, {}]", p.topk_width, 7 * kChunk);
+  DI_CHECK(p.topk_width >= 0 && p.topk_width <= max_topk,
+           "sparse_attention: topk_width {} must be in [0, {}] ({} heads x {})", p.topk_width,
+           max_topk, p.heads, p.head_dim);
   // A table's pages must hold every entry the kernel may address (the ring of ring_block; the
   // top-k indices below comp_entries).
   DI_CHECK(p.ring_block >= 0, "sparse_attention: ring_block {} must be >= 0", p.ring_block);
-  check_paged_table("sparse_attention (SWA table)", p.swa, kSwaEntryBytes,
+  check_paged_table("sparse_attention (SWA table)", p.swa, swa_entry_bytes(p.head_dim),
                     static_cast<int64_t>(p.ring_block + 1) * p.window);
   if (p.topk_width > 0) {
     DI_CHECK(p.topk != nullptr, "sparse_attention: top-k of width {} needs indices", p.topk_width);
@@ -740,14 +751,28 @@ void sparse_attention(const SparseAttnParams& p, cudaStream_t stream) {
              "sparse_attention: comp_entries must be positive with a top-k of width {} (indices "
              ">= comp_entries are masked)",
              p.topk_width);
-    check_paged_table("sparse_attention (compressed table)", p.comp, kCompEntryBytes,
+    check_paged_table("sparse_attention (compressed table)", p.comp, comp_entry_bytes(p.head_dim),
                       p.comp_entries);
   }
-  const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  DI_CHECK(aligned16(p.q) && aligned16(p.out) && (p.chunk_kv == nullptr || aligned16(p.chunk_kv)),
-           "sparse_attention: q, out and chunk_kv must be 16-byte aligned");
-  DI_CHECK(p.rope_dim == 64, "sparse_attention: rope_dim {} (only 64 is built)", p.rope_dim);
   DI_CHECK(p.scale > 0.0f, "sparse_attention: scale must be positive, got {}", p.scale);
+  const auto aligned = [](const void* ptr, size_t n) {
+    return reinterpret_cast<uintptr_t>(ptr) % n == 0;
+  };
+  if (!tensor_core) {
+    // Scalar loads and stores: element alignment suffices; chunk_kv is read bytewise.
+    const size_t esz = p.precision == ActPrecision::kF32 ? 4 : 2;
+    DI_CHECK(aligned(p.q, esz) && aligned(p.out, esz),
+             "sparse_attention: q and out must be aligned to their {}-byte elements", esz);
+    DI_CHECK(p.rope_dim >= 0 && p.rope_dim <= p.head_dim && p.rope_dim % 2 == 0,
+             "sparse_attention: rope_dim {} must be even and in [0, head_dim {}]", p.rope_dim,
+             p.head_dim);
+    attention_detail::launch_sparse_attention_generic(p, stream);
+    return;
+  }
+  DI_CHECK(
+      aligned(p.q, 16) && aligned(p.out, 16) && (p.chunk_kv == nullptr || aligned(p.chunk_kv, 16)),
+      "sparse_attention: q, out and chunk_kv must be 16-byte aligned");
+  DI_CHECK(p.rope_dim == 64, "sparse_attention: rope_dim {} (only 64 is built)", p.rope_dim);
   if (p.precision == ActPrecision::kF32) {
     launch<float>(p, stream);
   } else {

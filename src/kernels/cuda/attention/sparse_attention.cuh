@@ -16,6 +16,15 @@ namespace di {
 // out = inverse_rope(sparse attention of q over the window and the selected compressed entries).
 // Positions >= chunk_start[row] must be present in chunk_kv (when chunk_kv is null every window
 // position must be < chunk_start, i.e. already in the ring).
+// 64 heads x 512 run the tensor-core kernel, other dims the generic one (params header).
 void sparse_attention(const SparseAttnParams& params, cudaStream_t stream);
+
+namespace attention_detail {
+
+// The dimension-generic kernel (sparse_attention_generic.cu), launched by sparse_attention() once
+// the params are validated; not an entry point of its own.
+void launch_sparse_attention_generic(const SparseAttnParams& params, cudaStream_t stream);
+
+}  // namespace attention_detail
 
 }  // namespace di

@@ -14,7 +14,11 @@
 namespace di {
 
 // FP4 q.k scores with ReLU and per-head weights, bitwise equal to cpu::indexer_score<float>.
+// 32 x 128: the tensor-core kernel; other heads x dim: a generic kernel (one thread per key).
 void indexer_score(const IndexerScoreParams& params, cudaStream_t stream);
+
+// The query heads packed as FP4 / UE8M0-32 rows, bytes identical to cpu::pack_index_key.
+void index_query_pack(const IndexQueryPackParams& params, cudaStream_t stream);
 
 // Per-row top-k with the lower-index tie-break, sorted by position, -1 padded.
 void indexer_topk(const IndexerTopkParams& params, cudaStream_t stream);
@@ -27,5 +31,11 @@ void indexer_candidates(const IndexerCandidateParams& params, cudaStream_t strea
 
 // Reindex layers: -inf outside the candidate pool.
 void indexer_apply_mask(const IndexerMaskParams& params, cudaStream_t stream);
+
+namespace indexer_detail {
+// indexer_score's generic-width kernel (indexer_score_generic.cu); called by indexer_score after
+// it validated the Params, never directly.
+void indexer_score_generic(const IndexerScoreParams& params, cudaStream_t stream);
+}  // namespace indexer_detail
 
 }  // namespace di

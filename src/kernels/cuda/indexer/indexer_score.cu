@@ -28,6 +28,9 @@
 // in order and stores one coalesced score.
 //
 // Work split and key staging: see indexer_score_kernel.
+//
+// Other widths (IndexerScoreParams::heads / dim, the small test models) go to the generic kernel
+// of indexer_score_generic.cu from the one launcher below, after the same validation.
 
 #include <algorithm>
 #include <cstdint>
@@ -462,6 +465,12 @@ bool aligned(const void* ptr, uintptr_t bytes) {
 void indexer_score(const IndexerScoreParams& p, cudaStream_t stream) {
   DI_CHECK(p.rows >= 0 && p.n_cols >= 0 && p.n_cols < (int64_t{1} << 30),
            "indexer_score: bad sizes (rows={}, n_cols={})", p.rows, p.n_cols);
+  DI_CHECK(p.heads >= 1 && p.dim > 0 && p.dim % kIndexScaleBlock == 0 &&
+               static_cast<int64_t>(p.heads) * (p.dim + 1) <= kIndexerGenericMaxFloats,
+           "indexer_score: heads {} x dim {} (dim a positive multiple of {}, heads * (dim + 1) "
+           "<= {})",
+           p.heads, p.dim, kIndexScaleBlock, kIndexerGenericMaxFloats);
+  const bool production = p.heads == kIndexHeads && p.dim == kIndexDim;
   DI_CHECK(p.score_stride >= p.n_cols, "indexer_score: score_stride {} < n_cols {}", p.score_stride,
            p.n_cols);
   if (p.rows == 0 || p.n_cols == 0) return;
@@ -470,7 +479,7 @@ void indexer_score(const IndexerScoreParams& p, cudaStream_t stream) {
                p.keys.pages != nullptr,
            "indexer_score: null pointer (rows={}, n_cols={})", p.rows, p.n_cols);
   DI_CHECK(
-      p.keys.entry_bytes == kIndexKeyBytes && p.keys.entries_per_page > 0 &&
+      p.keys.entry_bytes == index_key_bytes(p.dim) && p.keys.entries_per_page > 0 &&
           p.keys.page_bytes >= static_cast<int64_t>(p.keys.entries_per_page) * p.keys.entry_bytes &&
           p.keys.page_bytes % 4 == 0 && p.keys.pages_stride > 0,
       "indexer_score: bad key table (entry_bytes={}, entries_per_page={}, page_bytes={}, "
@@ -478,6 +487,11 @@ void indexer_score(const IndexerScoreParams& p, cudaStream_t stream) {
       p.keys.entry_bytes, p.keys.entries_per_page, p.keys.page_bytes, p.keys.pages_stride);
   DI_CHECK(aligned(p.q, 4) && aligned(p.keys.pool, 4),
            "indexer_score: q and the key pool must be 4-byte aligned");
+  if (!production) {
+    DI_CHECK(p.rows <= 65535, "indexer_score: {} rows is too many for one launch", p.rows);
+    indexer_detail::indexer_score_generic(p, stream);
+    return;
+  }
   // Work split (host plan; a score never depends on it). Decode: 8 warps per row, keys_per_cta
   // sized so that the grid is about 2 CTAs per SM (the query setup of a warp and the staging
   // pipeline's fill are then amortised over as many keys as the work allows). Prefill (rows

@@ -2,7 +2,9 @@
 // emitted group: pool (ratio 2: per-channel softmax over the two tokens of the group), comp_norm,
 // pre-RoPE latent out (fp32, for the index keys), RoPE at the group's first position, FP4 e2m1 with
 // E4M3 scales per 16, 288-byte entry appended at the group index. Plus the host plan that pairs
-// the rows of a ratio-2 sequence across chunks (plan_compressor).
+// the rows of a ratio-2 sequence across chunks (plan_compressor). Other widths
+// (CompressRatio*Params::dim / rope_dim) run the *_generic kernels: the same steps on a row in
+// dynamic shared memory (kv_write.cuh *_generic helpers).
 
 #include <algorithm>
 #include <cmath>
@@ -181,6 +183,74 @@ __global__ void __launch_bounds__(kThreads) compress_ratio2_kernel(CompressRatio
   }
 }
 
+// Any supported width: compress_ratio1_kernel's steps on a row of p.dim floats.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) compress_ratio1_generic_kernel(CompressRatio1Params p) {
+  extern __shared__ __align__(16) float row_dyn[];  // [dim]
+  __shared__ float scale;
+  const int64_t r = blockIdx.x;
+  const int dim = p.dim;
+  kv_write_detail::load_row_generic(static_cast<const T*>(p.x) + r * p.x_stride, row_dyn, dim);
+  kv_write_detail::rms_norm_row_generic(row_dyn, p.norm_weight, dim, p.eps, &scale);
+  for (int i = static_cast<int>(threadIdx.x); i < dim; i += kThreads)
+    p.latent[r * dim + i] = row_dyn[i];
+  __syncthreads();  // every thread has read its latent values before RoPE rewrites the tail
+  const int64_t pos = p.positions[r];  // ratio 1: group index = position
+  kv_write_detail::rope_row_generic(row_dyn, dim, p.rope_dim, pos, p.freqs);
+  kv_write_detail::store_comp_entry_generic(row_dyn, dim, paged_entry(p.table, p.seq[r], pos));
+}
+
+// Any supported width: compress_ratio2_kernel's steps, state rows of ratio2_state_floats(dim).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) compress_ratio2_generic_kernel(CompressRatio2Params p) {
+  extern __shared__ __align__(16) float row_dyn[];  // [dim]
+  __shared__ float scale;
+  const Ratio2Work w = p.work[blockIdx.x];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int dim = p.dim;
+  const T* kv = static_cast<const T*>(p.kv);
+  const T* score = static_cast<const T*>(p.score);
+  float* state = p.state + static_cast<int64_t>(w.state_row) * ratio2_state_floats(dim);
+  // state[kind][slot][dim]: kind 0 = kv, 1 = score.
+  auto state_at = [&](int kind, int slot) { return state + (kind * 2 + slot) * dim; };
+  using ops_detail::to_float;
+
+  if (w.row_odd >= 0) {  // uniform over the CTA
+    for (int i = tid; i < dim; i += kThreads) {
+      float kv0, s0;
+      if (w.row_even >= 0) {
+        kv0 = to_float(kv[w.row_even * p.x_stride + i]);
+        s0 = to_float(score[w.row_even * p.x_stride + i]);
+      } else {  // the even position came in an earlier launch: carried slot 0
+        kv0 = state_at(0, 0)[i];
+        s0 = state_at(1, 0)[i];
+      }
+      const float kv1 = to_float(kv[w.row_odd * p.x_stride + i]);
+      const float s1 = to_float(score[w.row_odd * p.x_stride + i]);
+      row_dyn[i] = pool2(kv0, kv1, s0, s1);
+    }
+    __syncthreads();
+    kv_write_detail::rms_norm_row_generic(row_dyn, p.norm_weight, dim, p.eps, &scale);
+    for (int i = tid; i < dim; i += kThreads)
+      p.latent[static_cast<int64_t>(w.latent_row) * dim + i] = row_dyn[i];
+    __syncthreads();  // every thread has read its latent values before RoPE rewrites the tail
+    kv_write_detail::rope_row_generic(row_dyn, dim, p.rope_dim, 2 * w.group, p.freqs);
+    kv_write_detail::store_comp_entry_generic(row_dyn, dim, paged_entry(p.table, w.seq, w.group));
+  }
+  if (w.tail_last >= 0) {
+    // The carried slot 0 read above is rewritten here, possibly by another thread: barrier.
+    __syncthreads();
+    const auto store_slot = [&](int32_t src_row, int slot) {
+      for (int i = tid; i < dim; i += kThreads) {
+        state_at(0, slot)[i] = to_float(kv[src_row * p.x_stride + i]);
+        state_at(1, slot)[i] = to_float(score[src_row * p.x_stride + i]);
+      }
+    };
+    store_slot(w.tail_last, w.tail_last_slot);
+    if (w.tail_prev >= 0) store_slot(w.tail_prev, 1 - w.tail_last_slot);
+  }
+}
+
 void check_common(const char* op, const float* norm_weight, const float* freqs, float eps,
                   int64_t n) {
   DI_CHECK(eps >= 0.0f, "{}: eps must be >= 0, got {}", op, eps);
@@ -193,9 +263,11 @@ void check_common(const char* op, const float* norm_weight, const float* freqs, 
 }  // namespace
 
 void compress_ratio1(const CompressRatio1Params& p, cudaStream_t stream) {
-  const int64_t stride = p.x_stride != 0 ? p.x_stride : kKvDim;
-  kv_write_detail::check_act("compress_ratio1", p.x, p.rows, stride, p.precision);
-  check_paged_table("compress_ratio1", p.table, kCompEntryBytes);
+  const bool production =
+      kv_write_detail::check_width("compress_ratio1", p.dim, p.rope_dim, kKvDim);
+  const int64_t stride = p.x_stride != 0 ? p.x_stride : p.dim;
+  kv_write_detail::check_act("compress_ratio1", p.x, p.rows, stride, p.dim, p.precision);
+  check_paged_table("compress_ratio1", p.table, comp_entry_bytes(p.dim));
   check_common("compress_ratio1", p.norm_weight, p.freqs, p.eps, p.rows);
   if (p.rows == 0) return;
   DI_CHECK(p.seq != nullptr && p.positions != nullptr && p.latent != nullptr &&
@@ -204,20 +276,32 @@ void compress_ratio1(const CompressRatio1Params& p, cudaStream_t stream) {
   CompressRatio1Params q = p;
   q.x_stride = stride;
   const auto grid = static_cast<unsigned>(p.rows);
-  if (p.precision == ActPrecision::kF32) {
-    compress_ratio1_kernel<float><<<grid, kThreads, 0, stream>>>(q);
+  const bool f32 = p.precision == ActPrecision::kF32;
+  if (production) {
+    if (f32) {
+      compress_ratio1_kernel<float><<<grid, kThreads, 0, stream>>>(q);
+    } else {
+      compress_ratio1_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(q);
+    }
   } else {
-    compress_ratio1_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(q);
+    const size_t smem = static_cast<size_t>(p.dim) * sizeof(float);
+    if (f32) {
+      compress_ratio1_generic_kernel<float><<<grid, kThreads, smem, stream>>>(q);
+    } else {
+      compress_ratio1_generic_kernel<uint16_t><<<grid, kThreads, smem, stream>>>(q);
+    }
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
 void compress_ratio2(const CompressRatio2Params& p, cudaStream_t stream) {
-  const int64_t stride = p.x_stride != 0 ? p.x_stride : kKvDim;
+  const bool production =
+      kv_write_detail::check_width("compress_ratio2", p.dim, p.rope_dim, kKvDim);
+  const int64_t stride = p.x_stride != 0 ? p.x_stride : p.dim;
   // The row count is not known here (the work items index the rows); check the pointers' shape.
-  kv_write_detail::check_act("compress_ratio2", p.kv, p.works, stride, p.precision);
-  kv_write_detail::check_act("compress_ratio2", p.score, p.works, stride, p.precision);
-  check_paged_table("compress_ratio2", p.table, kCompEntryBytes);
+  kv_write_detail::check_act("compress_ratio2", p.kv, p.works, stride, p.dim, p.precision);
+  kv_write_detail::check_act("compress_ratio2", p.score, p.works, stride, p.dim, p.precision);
+  check_paged_table("compress_ratio2", p.table, comp_entry_bytes(p.dim));
   check_common("compress_ratio2", p.norm_weight, p.freqs, p.eps, p.works);
   if (p.works == 0) return;
   DI_CHECK(p.work != nullptr && p.state != nullptr && p.latent != nullptr &&
@@ -227,10 +311,20 @@ void compress_ratio2(const CompressRatio2Params& p, cudaStream_t stream) {
   CompressRatio2Params q = p;
   q.x_stride = stride;
   const auto grid = static_cast<unsigned>(p.works);
-  if (p.precision == ActPrecision::kF32) {
-    compress_ratio2_kernel<float><<<grid, kThreads, 0, stream>>>(q);
+  const bool f32 = p.precision == ActPrecision::kF32;
+  if (production) {
+    if (f32) {
+      compress_ratio2_kernel<float><<<grid, kThreads, 0, stream>>>(q);
+    } else {
+      compress_ratio2_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(q);
+    }
   } else {
-    compress_ratio2_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(q);
+    const size_t smem = static_cast<size_t>(p.dim) * sizeof(float);
+    if (f32) {
+      compress_ratio2_generic_kernel<float><<<grid, kThreads, smem, stream>>>(q);
+    } else {
+      compress_ratio2_generic_kernel<uint16_t><<<grid, kThreads, smem, stream>>>(q);
+    }
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

@@ -5,6 +5,8 @@
 // parallelism and each wk row read once per CTA (128 x 512 bf16 = 128 KiB, L2-resident across
 // CTAs). Then k_norm (one thread per group, sequential), RoPE on the last 64 at group * ratio, and
 // FP4 e2m1 with UE8M0 per 32 (one warp per scale block) into the 68-byte index-key entry.
+// Other widths (IndexKeyParams::latent_dim / dim / rope_dim): index_key_generic_kernel, one CTA per
+// group, the same arithmetic in the same orders on rows in dynamic shared memory.
 
 #include <cstdint>
 
@@ -107,13 +109,51 @@ __global__ void __launch_bounds__(kThreads) index_key_kernel(IndexKeyParams p) {
   }
 }
 
+// Any supported width, one CTA per group: lat = [latent_dim] latent, k = [dim] key in dynamic
+// shared memory (latent_dim % 4 == 0 keeps k 16-byte aligned). Thread j computes outputs j,
+// j + kThreads, ... each as one sequential unfused chain over ascending c (cpu::linear's order).
+__global__ void __launch_bounds__(kThreads) index_key_generic_kernel(IndexKeyParams p) {
+  extern __shared__ __align__(16) float smem[];
+  __shared__ float scale;
+  float* lat = smem;
+  float* k = smem + p.latent_dim;
+  const int64_t g = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int latent_dim = p.latent_dim;
+  const int dim = p.dim;
+  for (int c = tid; c < latent_dim; c += kThreads)
+    lat[c] = p.latent[g * latent_dim + c];
+  __syncthreads();
+  for (int j = tid; j < dim; j += kThreads) {
+    const uint16_t* wrow = p.wk + static_cast<int64_t>(j) * latent_dim;
+    float acc = 0.0f;
+    for (int c = 0; c < latent_dim; ++c) {
+      // bf16 -> fp32 is exact: the bits shifted into the high half.
+      const float w = __uint_as_float(static_cast<uint32_t>(__ldg(wrow + c)) << 16);
+      acc = __fadd_rn(acc, __fmul_rn(lat[c], w));
+    }
+    k[j] = acc;
+  }
+  __syncthreads();
+  kv_write_detail::rms_norm_row_generic(k, p.norm_weight, dim, p.eps, &scale);
+  kv_write_detail::rope_row_generic(k, dim, p.rope_dim, p.group[g] * p.ratio, p.freqs);
+  kv_write_detail::store_index_key_generic(k, dim, paged_entry(p.table, p.seq[g], p.group[g]));
+}
+
 }  // namespace
 
 void index_key_write(const IndexKeyParams& p, cudaStream_t stream) {
   DI_CHECK(p.groups >= 0 && p.groups <= INT32_MAX, "index_key_write: {} groups", p.groups);
   DI_CHECK(p.ratio >= 1, "index_key_write: ratio must be >= 1, got {}", p.ratio);
   DI_CHECK(p.eps >= 0.0f, "index_key_write: eps must be >= 0, got {}", p.eps);
-  check_paged_table("index_key_write", p.table, kIndexKeyBytes);
+  const bool production =
+      kv_write_detail::check_width("index_key_write", p.dim, p.rope_dim, kIndexDim) &&
+      p.latent_dim == kKvDim;
+  DI_CHECK(p.latent_dim > 0 && p.latent_dim % 4 == 0 && p.latent_dim + p.dim <= kKvGenericMaxFloats,
+           "index_key_write: latent_dim {} must be a positive multiple of 4 with latent_dim + dim "
+           "<= {} (dim {})",
+           p.latent_dim, kKvGenericMaxFloats, p.dim);
+  check_paged_table("index_key_write", p.table, index_key_bytes(p.dim));
   if (p.groups == 0) return;
   DI_CHECK(p.latent != nullptr && p.wk != nullptr && p.norm_weight != nullptr &&
                p.freqs != nullptr && p.seq != nullptr && p.group != nullptr,
@@ -121,8 +161,13 @@ void index_key_write(const IndexKeyParams& p, cudaStream_t stream) {
   DI_CHECK(reinterpret_cast<uintptr_t>(p.latent) % 16 == 0 &&
                reinterpret_cast<uintptr_t>(p.wk) % 16 == 0,
            "index_key_write: latent and wk must be 16-byte aligned");
-  const auto grid = static_cast<unsigned>((p.groups + kG - 1) / kG);
-  index_key_kernel<<<grid, kThreads, 0, stream>>>(p);
+  if (production) {
+    const auto grid = static_cast<unsigned>((p.groups + kG - 1) / kG);
+    index_key_kernel<<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    const size_t smem = static_cast<size_t>(p.latent_dim + p.dim) * sizeof(float);
+    index_key_generic_kernel<<<static_cast<unsigned>(p.groups), kThreads, smem, stream>>>(p);
+  }
   DI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -5,7 +5,10 @@
 // files; launchers validate their Params (di::Error), never allocate and never synchronize.
 //
 // The device helpers at the end (compiled only by nvcc) are shared by the three .cu files: a
-// 512-wide row lives in shared memory, 128 threads own 4 consecutive values each.
+// 512-wide row lives in shared memory, 128 threads own 4 consecutive values each. The generic-width
+// helpers (*_generic, kernels/params/kv_write.h "Widths") work on a row of any supported width in
+// dynamic shared memory with block-strided loops: one thread per scale block quantizes it with the
+// same arithmetic as the 512-wide helpers.
 
 #include <cuda_runtime_api.h>
 
@@ -36,6 +39,8 @@ CompressorPlan plan_compressor(int ratio, std::span<const int32_t> seq,
                                std::span<const int64_t> positions,
                                std::span<const int32_t> state_rows);
 
+// Each launcher runs the tuned kernel at the production widths (dim 512 / index 128, RoPE 64) and
+// a generic kernel (one CTA per row, group or work item) at any other supported width.
 // One CTA per row.
 void swa_write(const SwaWriteParams& params, cudaStream_t stream);
 // One CTA per row.
@@ -48,7 +53,12 @@ void index_key_write(const IndexKeyParams& params, cudaStream_t stream);
 
 // Launcher checks shared by the three .cu files (throw di::Error naming `op`).
 namespace kv_write_detail {
-void check_act(const char* op, const void* x, int64_t rows, int64_t stride, ActPrecision p);
+// Input rows of width `dim` with `stride` elements between them.
+void check_act(const char* op, const void* x, int64_t rows, int64_t stride, int32_t dim,
+               ActPrecision p);
+// A supported width: dim a positive multiple of 32, at most kKvGenericMaxFloats, rope_dim even
+// and in [2, dim]. Returns whether it is the production width (`production_dim`, kKvRopeDim).
+bool check_width(const char* op, int32_t dim, int32_t rope_dim, int32_t production_dim);
 }  // namespace kv_write_detail
 
 }  // namespace di
@@ -166,6 +176,105 @@ __device__ __forceinline__ void store_comp_entry(const float* row, uint8_t* entr
   const uint32_t hi = pack_e2m1(e2m1_scaled(v.z, s), e2m1_scaled(v.w, s));
   *reinterpret_cast<uint16_t*>(entry + 2 * tid) = static_cast<uint16_t>(lo | (hi << 8));
   if (tid % (kCompScaleBlock / 4) == 0) entry[kKvDim / 2 + (4 * tid) / kCompScaleBlock] = code;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generic widths: a row of `dim` floats in (16-byte aligned) shared memory, any CTA size.
+
+// row[i] = x[i] as fp32 (bf16 widened exactly), i < dim, then a CTA barrier.
+template <typename T>
+__device__ __forceinline__ void load_row_generic(const T* x, float* row, int dim) {
+  for (int i = static_cast<int>(threadIdx.x); i < dim; i += static_cast<int>(blockDim.x))
+    row[i] = ops_detail::to_float(x[i]);
+  __syncthreads();
+}
+
+// rms_norm_row512 at width dim (a multiple of 4): the same sequential scale by one thread.
+__device__ __forceinline__ void rms_norm_row_generic(float* row, const float* weight, int dim,
+                                                     float eps, float* scale_slot) {
+  if (threadIdx.x == 0) *scale_slot = rms_scale_sequential(row, dim, eps);
+  __syncthreads();
+  const float s = *scale_slot;
+  for (int i = static_cast<int>(threadIdx.x); i < dim; i += static_cast<int>(blockDim.x))
+    row[i] = __fmul_rn(weight[i], __fmul_rn(row[i], s));
+  __syncthreads();
+}
+
+// RoPE on the last rope_dim values of the row at position pos, then a CTA barrier.
+__device__ __forceinline__ void rope_row_generic(float* row, int dim, int rope_dim, int64_t pos,
+                                                 const float* freqs) {
+  for (int i = static_cast<int>(threadIdx.x); i < rope_dim / 2; i += static_cast<int>(blockDim.x))
+    rope_pair(row + (dim - rope_dim), i, pos, freqs);
+  __syncthreads();
+}
+
+// |x| maximum of n values (a multiple of 4) starting at a 16-byte aligned shared address.
+__device__ __forceinline__ float abs_max_generic(const float* x, int n) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; i += 4)
+    amax = fmaxf(amax, ops_detail::abs_max4(*reinterpret_cast<const float4*>(x + i)));
+  return amax;
+}
+
+// The swa_entry_bytes(dim) entry of the row (cpu::pack_swa_entry): thread b quantizes scale block
+// b as store_swa_entry does (act_scale_byte, exact reciprocal, e4m3x4). Byte stores: entries of
+// generic widths need not be 4-byte aligned.
+__device__ __forceinline__ void store_swa_entry_generic(const float* row, int dim, uint8_t* entry) {
+  for (int b = static_cast<int>(threadIdx.x); b < dim / kSwaScaleBlock;
+       b += static_cast<int>(blockDim.x)) {
+    const float* x = row + b * kSwaScaleBlock;
+    const uint32_t byte = ops_detail::act_scale_byte(abs_max_generic(x, kSwaScaleBlock));
+    const float inv = ops_detail::inv_scale_from_byte(byte);
+    for (int i = 0; i < kSwaScaleBlock; i += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(x + i);
+      const uint32_t codes = ops_detail::e4m3x4(make_float4(
+          __fmul_rn(v.x, inv), __fmul_rn(v.y, inv), __fmul_rn(v.z, inv), __fmul_rn(v.w, inv)));
+      for (int j = 0; j < 4; ++j)
+        entry[b * kSwaScaleBlock + i + j] = static_cast<uint8_t>(codes >> (8 * j));
+    }
+    entry[dim + b] = static_cast<uint8_t>(byte);
+  }
+}
+
+// The comp_entry_bytes(dim) entry of the row (cpu::pack_comp_entry), one thread per 16-value
+// block, store_comp_entry's arithmetic.
+__device__ __forceinline__ void store_comp_entry_generic(const float* row, int dim,
+                                                         uint8_t* entry) {
+  for (int b = static_cast<int>(threadIdx.x); b < dim / kCompScaleBlock;
+       b += static_cast<int>(blockDim.x)) {
+    const float* x = row + b * kCompScaleBlock;
+    const float a = fmaxf(abs_max_generic(x, kCompScaleBlock), 6.0f * 0x1p-9f);
+    const uint8_t code = e4m3_from_float(__fdiv_rn(a, 6.0f));
+    const float s = e4m3_to_float(code);
+    for (int i = 0; i < kCompScaleBlock; i += 2) {
+      entry[(b * kCompScaleBlock + i) / 2] =
+          pack_e2m1(e2m1_scaled(x[i], s), e2m1_scaled(x[i + 1], s));
+    }
+    entry[dim / 2 + b] = code;
+  }
+}
+
+// UE8M0 byte of the FP4 index-key scale of a 32-value block (cpu::pack_index_key): a = max(amax,
+// 6 * 2^-126), byte = 2^ceil(log2(fp32(a * fp32(1/6)))) read off the bits of the (normal) product.
+__device__ __forceinline__ uint32_t fp4_ue8m0_scale_byte(float amax) {
+  const float t = __fmul_rn(fmaxf(amax, 6.0f * 0x1p-126f), 1.0f / 6.0f);
+  const uint32_t u = __float_as_uint(t);
+  return (u >> 23) + ((u & 0x7FFFFFu) != 0 ? 1u : 0u);
+}
+
+// The index_key_bytes(dim) entry of the row (cpu::pack_index_key), one thread per 32-value block.
+__device__ __forceinline__ void store_index_key_generic(const float* row, int dim, uint8_t* entry) {
+  for (int b = static_cast<int>(threadIdx.x); b < dim / kIndexScaleBlock;
+       b += static_cast<int>(blockDim.x)) {
+    const float* x = row + b * kIndexScaleBlock;
+    const uint32_t byte = fp4_ue8m0_scale_byte(abs_max_generic(x, kIndexScaleBlock));
+    const float s = __uint_as_float(byte << 23);  // byte in [1, 254]: a normal power of two
+    for (int i = 0; i < kIndexScaleBlock; i += 2) {
+      entry[(b * kIndexScaleBlock + i) / 2] =
+          pack_e2m1(e2m1_scaled(x[i], s), e2m1_scaled(x[i + 1], s));
+    }
+    entry[dim / 2 + b] = static_cast<uint8_t>(byte);
+  }
 }
 
 }  // namespace di::kv_write_detail

@@ -6,6 +6,11 @@
 // size changes how often W is re-read, never an output's arithmetic, so rows are batch-invariant.
 // At small M the kernel streams W once (1.32 GB for 129,280 x 5,120) with 16-byte loads; at
 // M >~ 16 it becomes FFMA-bound (2 * M * vocab * dim flops on CUDA cores).
+//
+// dim % 256 != 0 (the small projections of the fixture models: router gate, compressor and
+// indexer weights at dims like 192 or 64) runs a scalar variant of the same contract: lane l
+// accumulates k = l, l + 32, ... ascending (fp32 fma), then the same butterfly; the choice
+// depends on dim only, so it never breaks batch invariance.
 
 #include <cstdint>
 
@@ -19,6 +24,30 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kN = 4;  // vocabulary rows per warp
+
+// Sums each accumulator over the warp (fixed xor butterfly) and stores tile [kM rows, kN vocab
+// rows]: lane m * kN + n writes output (m0 + m, n0 + n).
+template <int kM>
+__device__ __forceinline__ void store_tile(const float (&acc)[kM][kN], int lane, int64_t m0,
+                                           int64_t n0, float* __restrict__ out, int64_t rows,
+                                           int64_t vocab, int64_t out_stride) {
+  static_assert(kM * kN <= 32, "one output per lane");
+  float mine = 0.0f;
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      float s = acc[m][n];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (lane == m * kN + n) mine = s;
+    }
+  }
+  const int m = lane / kN;
+  const int n = lane % kN;
+  if (m < kM && m0 + m < rows && n0 + n < vocab) out[(m0 + m) * out_stride + n0 + n] = mine;
+}
 
 template <int kM>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -71,21 +100,49 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     }
-    float mine = 0.0f;
+    store_tile<kM>(acc, lane, m0, n0, out, rows, vocab, out_stride);
+  }
+}
+
+// The dim % 256 != 0 variant: lane l accumulates k = l, l + 32, ... (scalar loads, no alignment
+// beyond the elements'), rows in tiles of 8 (the tile changes no output's arithmetic).
+constexpr int kGenericM = 8;
+
+__global__ void __launch_bounds__(kThreads)
+    lm_head_generic_kernel(const float* __restrict__ x, const uint16_t* __restrict__ w,
+                           float* __restrict__ out, int64_t rows, int64_t vocab, int64_t dim,
+                           int64_t out_stride) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kN;
+  if (n0 >= vocab) return;
+  const uint16_t* wrow[kN];
 #pragma unroll
-    for (int m = 0; m < kM; ++m) {
+  for (int n = 0; n < kN; ++n)
+    wrow[n] = w + (n0 + n < vocab ? n0 + n : n0) * dim;
+
+  for (int64_t m0 = 0; m0 < rows; m0 += kGenericM) {
+    float acc[kGenericM][kN];
 #pragma unroll
-      for (int n = 0; n < kN; ++n) {
-        float s = acc[m][n];
+    for (int m = 0; m < kGenericM; ++m) {
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-          s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (lane == m * kN + n) mine = s;
+      for (int n = 0; n < kN; ++n)
+        acc[m][n] = 0.0f;
+    }
+    for (int64_t k = lane; k < dim; k += 32) {
+      float wf[kN];
+#pragma unroll
+      for (int n = 0; n < kN; ++n)
+        wf[n] = __uint_as_float(static_cast<uint32_t>(__ldg(wrow[n] + k)) << 16);
+#pragma unroll
+      for (int m = 0; m < kGenericM; ++m) {
+        if (m0 + m >= rows) break;
+        const float xv = __ldg(x + (m0 + m) * dim + k);
+#pragma unroll
+        for (int n = 0; n < kN; ++n)
+          acc[m][n] = fmaf(xv, wf[n], acc[m][n]);
       }
     }
-    const int m = lane / kN;
-    const int n = lane % kN;
-    if (m < kM && m0 + m < rows && n0 + n < vocab) out[(m0 + m) * out_stride + n0 + n] = mine;
+    store_tile<kGenericM>(acc, lane, m0, n0, out, rows, vocab, out_stride);
   }
 }
 
@@ -101,14 +158,21 @@ void launch(const LmHeadParams& p, int64_t stride, cudaStream_t stream) {
 
 void lm_head(const LmHeadParams& p, cudaStream_t stream) {
   const int64_t stride = p.logits_stride != 0 ? p.logits_stride : p.vocab;
-  DI_CHECK(p.rows >= 0 && p.vocab > 0 && p.dim > 0 && p.dim % 256 == 0,
-           "lm_head: bad shape [rows {}, dim {}] x [vocab {}, dim]: dim must be a positive "
-           "multiple of 256",
+  DI_CHECK(p.rows >= 0 && p.vocab > 0 && p.dim > 0,
+           "lm_head: bad shape [rows {}, dim {}] x [vocab {}, dim]: dim and vocab must be positive",
            p.rows, p.dim, p.vocab);
   DI_CHECK(stride >= p.vocab, "lm_head: logits row stride {} < vocab {}", stride, p.vocab);
   if (p.rows == 0) return;
   DI_CHECK(p.x != nullptr && p.weight != nullptr && p.logits != nullptr,
            "lm_head: null x/weight/logits ({} rows)", p.rows);
+  if (p.dim % 256 != 0) {
+    const int64_t warps = (p.vocab + kN - 1) / kN;
+    const auto grid = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
+    lm_head_generic_kernel<<<grid, kThreads, 0, stream>>>(p.x, p.weight, p.logits, p.rows, p.vocab,
+                                                          p.dim, stride);
+    DI_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   DI_CHECK(
       reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.weight) % 16 == 0,
       "lm_head: x and weight must be 16-byte aligned");

@@ -1,0 +1,76 @@
+// Indexer query packing (kernels/params/indexer.h IndexQueryPackParams): the RoPE'd query heads
+// become FP4 e2m1 / UE8M0-32 rows in the index-key format, so that indexer_score reads q and keys
+// alike. One thread per 32-value scale block of one head row, the arithmetic of
+// cpu::fp4_quant_ue8m0 / cpu::pack_index_key literally:
+//   a = max(amax, 6 * 2^-126); byte = 2^ceil(log2(fp32(a * fp32(1/6)))) read off the bits of the
+//   (normal) product; code = e2m1_rne(clamp(x / 2^e, +-6)) with x / 2^e one rounded division;
+// dim / 2 bytes of codes (even element in the low nibble), then dim / 32 scale bytes per head.
+// bf16 inputs are widened exactly. Bytes identical to the CPU packer at any width.
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/check.h"
+#include "common/fp4.h"
+#include "kernels/cuda/indexer/indexer.cuh"
+#include "kernels/cuda/ops/device_common.cuh"
+
+namespace di {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    index_query_pack_kernel(IndexQueryPackParams p, int64_t blocks) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= blocks) return;
+  const int per_row = p.dim / kIndexScaleBlock;
+  const int64_t head_row = i / per_row;  // row * heads + head
+  const int b = static_cast<int>(i % per_row);
+  const T* x = static_cast<const T*>(p.q) + head_row * p.dim + b * kIndexScaleBlock;
+  float v[kIndexScaleBlock];
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kIndexScaleBlock; ++j) {
+    v[j] = ops_detail::to_float(x[j]);
+    amax = fmaxf(amax, fabsf(v[j]));  // NaN ignored, as std::max does
+  }
+  const float t = __fmul_rn(fmaxf(amax, 6.0f * 0x1p-126f), 1.0f / 6.0f);
+  const uint32_t u = __float_as_uint(t);
+  const uint32_t byte = (u >> 23) + ((u & 0x7FFFFFu) != 0 ? 1u : 0u);
+  const float s = __uint_as_float(byte << 23);  // byte in [1, 254]: a normal power of two
+  const auto code = [s](float x) {
+    return e2m1_from_float(fminf(fmaxf(__fdiv_rn(x, s), -6.0f), 6.0f));
+  };
+  uint8_t* out = p.out + head_row * index_key_bytes(p.dim);
+#pragma unroll
+  for (int j = 0; j < kIndexScaleBlock; j += 2)
+    out[(b * kIndexScaleBlock + j) / 2] = pack_e2m1(code(v[j]), code(v[j + 1]));
+  out[p.dim / 2 + b] = static_cast<uint8_t>(byte);
+}
+
+}  // namespace
+
+void index_query_pack(const IndexQueryPackParams& p, cudaStream_t stream) {
+  DI_CHECK(p.rows >= 0, "index_query_pack: rows must be >= 0, got {}", p.rows);
+  DI_CHECK(p.heads >= 1 && p.dim > 0 && p.dim % kIndexScaleBlock == 0 && p.dim <= (1 << 20),
+           "index_query_pack: heads {} x dim {} (heads >= 1, dim a positive multiple of {})",
+           p.heads, p.dim, kIndexScaleBlock);
+  if (p.rows == 0) return;
+  const uintptr_t elem = p.precision == ActPrecision::kF32 ? 4 : 2;
+  DI_CHECK(p.q != nullptr && p.out != nullptr && reinterpret_cast<uintptr_t>(p.q) % elem == 0,
+           "index_query_pack: null or unaligned q / null out ({} rows)", p.rows);
+  const int64_t blocks = p.rows * p.heads * (p.dim / kIndexScaleBlock);
+  const int64_t grid = (blocks + kThreads - 1) / kThreads;
+  DI_CHECK(grid <= INT32_MAX, "index_query_pack: {} rows is too many for one launch", p.rows);
+  if (p.precision == ActPrecision::kF32) {
+    index_query_pack_kernel<float><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p, blocks);
+  } else {
+    index_query_pack_kernel<uint16_t>
+        <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p, blocks);
+  }
+  DI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace di
