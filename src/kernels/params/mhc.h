@@ -55,4 +55,15 @@ struct MhcPostParams {
   void* stream_out = nullptr;  // [T, 4, dim] storage
 };
 
+// The collapse alone (the final norm's input after the last block): out[t, :] = sum_j pre[t, j] *
+// stream[t, j, :], fp32 in the CPU order (acc = 0; acc += pre * x, j ascending; no contraction).
+struct MhcCollapseParams {
+  const void* stream = nullptr;  // [T, 4, dim] storage, 16-byte aligned
+  const float* pre = nullptr;    // [T, 4]
+  int64_t tokens = 0;
+  int64_t dim = 0;  // multiple of 8
+  MhcStorage storage = MhcStorage::kF32;
+  void* out = nullptr;  // [T, dim] storage, 16-byte aligned
+};
+
 }  // namespace di

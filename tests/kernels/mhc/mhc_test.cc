@@ -305,6 +305,52 @@ TEST_F(MhcCudaTest, PostMatchesCpu) {
   }
 }
 
+// The collapse alone (the head's input): fp32 storage bitwise cpu::hc_collapse<float>; bf16
+// storage the bf16 rounding (RNE) of that fp32 result.
+TEST_F(MhcCudaTest, CollapseMatchesCpuBitwise) {
+  for (MhcStorage st : {MhcStorage::kF32, MhcStorage::kBf16}) {
+    for (const auto& [tokens, dim] : {std::pair<int64_t, int64_t>{1, 5120}, {37, 5120}, {5, 192}}) {
+      const auto x = random_values(static_cast<size_t>(tokens * kHc * dim), 40 + dim, 1.0f, st);
+      std::mt19937_64 rng(static_cast<uint64_t>(tokens));
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      std::vector<float> pre(static_cast<size_t>(tokens * kHc));
+      for (auto& v : pre)
+        v = u(rng);
+      Stream stream;
+      const auto xs = to_storage(x, st);
+      const size_t out_bytes = static_cast<size_t>(tokens * dim) * (st == MhcStorage::kF32 ? 4 : 2);
+      DeviceBuffer xd(xs.size(), "x"), pd(pre.size() * 4, "pre"), od(out_bytes, "out");
+      xd.copy_from_host_async(xs.data(), xs.size(), stream.get());
+      pd.copy_from_host_async(pre.data(), pd.size(), stream.get());
+      od.fill_async(0xFF, stream.get());
+      MhcCollapseParams p;
+      p.stream = xd.data();
+      p.pre = pd.as<float>();
+      p.tokens = tokens;
+      p.dim = dim;
+      p.storage = st;
+      p.out = od.data();
+      mhc_collapse(p, stream.get());
+      std::vector<uint8_t> ob(out_bytes);
+      od.copy_to_host_async(ob.data(), ob.size(), stream.get());
+      stream.synchronize();
+      const auto got = from_storage(ob, st);
+      int64_t bad = 0;
+      std::vector<float> ref(static_cast<size_t>(dim));
+      for (int64_t t = 0; t < tokens; ++t) {
+        cpu::hc_collapse(x.data() + t * kHc * dim, kHc, dim, pre.data() + t * kHc, ref.data());
+        for (int64_t d = 0; d < dim; ++d) {
+          float want = ref[static_cast<size_t>(d)];
+          if (st == MhcStorage::kBf16) want = bf16_to_float(bf16_from_float(want));
+          const float g = got[static_cast<size_t>(t * dim + d)];
+          bad += std::memcmp(&g, &want, 4) != 0;
+        }
+      }
+      EXPECT_EQ(bad, 0) << "T=" << tokens << " D=" << dim;
+    }
+  }
+}
+
 // A row's outputs are bitwise identical whatever T is and wherever the row sits in a tile.
 TEST_F(MhcCudaTest, BatchInvariantRows) {
   const int64_t dim = 5120, big = 1000;

@@ -51,5 +51,7 @@ void mhc_pre_with_stages(const MhcPreParams& params, int stages, cudaStream_t st
 
 // Post side (hc_expand). One launch.
 void mhc_post(const MhcPostParams& params, cudaStream_t stream);
+// Collapse with a given pre-mix (the head's input). One launch.
+void mhc_collapse(const MhcCollapseParams& params, cudaStream_t stream);
 
 }  // namespace di

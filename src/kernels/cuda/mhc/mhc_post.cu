@@ -102,6 +102,31 @@ __global__ void __launch_bounds__(kThreads) mhc_post_kernel(MhcPostParams p) {
   }
 }
 
+// Collapse: grid = (ceil(vecs per row / kThreads), T); one 16-byte vector of one token per thread.
+template <MhcStorage S>
+__global__ void __launch_bounds__(kThreads) mhc_collapse_kernel(MhcCollapseParams p) {
+  constexpr int kE = Vec<S>::kElems;
+  const int64_t t = blockIdx.y;
+  const int64_t vecs = p.dim / kE;
+  const int64_t v = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (v >= vecs) return;
+  const uint4* in = static_cast<const uint4*>(p.stream) + t * kMhcStreams * vecs;
+  float acc[kE];
+#pragma unroll
+  for (int e = 0; e < kE; ++e)
+    acc[e] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMhcStreams; ++j) {
+    const float w = p.pre[t * kMhcStreams + j];
+    float xv[kE];
+    Vec<S>::unpack(in[j * vecs + v], xv);
+#pragma unroll
+    for (int e = 0; e < kE; ++e)
+      acc[e] = __fadd_rn(acc[e], __fmul_rn(w, xv[e]));
+  }
+  static_cast<uint4*>(p.out)[t * vecs + v] = Vec<S>::pack(acc);
+}
+
 bool aligned(const void* ptr, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
@@ -145,6 +170,28 @@ void mhc_post(const MhcPostParams& p, cudaStream_t stream) {
   } else {
     launch_post<MhcStorage::kF32>(p, stream);
   }
+}
+
+void mhc_collapse(const MhcCollapseParams& p, cudaStream_t stream) {
+  DI_CHECK(p.tokens >= 0 && p.tokens <= 65535, "mhc_collapse: {} tokens (0..65535 per launch)",
+           p.tokens);
+  DI_CHECK(p.dim > 0 && p.dim % 8 == 0, "mhc_collapse: dim {} must be a positive multiple of 8",
+           p.dim);
+  if (p.tokens == 0) return;
+  DI_CHECK(p.stream != nullptr && p.pre != nullptr && p.out != nullptr,
+           "mhc_collapse: null pointer (T={}, dim={})", p.tokens, p.dim);
+  DI_CHECK(aligned(p.stream, 16) && aligned(p.out, 16),
+           "mhc_collapse: stream / out must be 16-byte aligned");
+  const bool bf16 = p.storage == MhcStorage::kBf16;
+  const int64_t vecs = p.dim / (bf16 ? 8 : 4);
+  const dim3 grid(static_cast<unsigned>((vecs + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(p.tokens));
+  if (bf16) {
+    mhc_collapse_kernel<MhcStorage::kBf16><<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    mhc_collapse_kernel<MhcStorage::kF32><<<grid, kThreads, 0, stream>>>(p);
+  }
+  DI_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace di
