@@ -4,6 +4,7 @@
 # `bash scripts/gpu_run.sh fp8_gemm` runs only the binaries whose name contains fp8_gemm.
 set -uo pipefail
 out=${OUT:-gpu-out}
+if [[ -f .carry/gpu.tar.xz && ! -d .carry/gpu ]]; then tar -C .carry -xJf .carry/gpu.tar.xz; fi
 mkdir -p "${out}"
 cuda_libs=$(ls -d /usr/local/cuda/lib64 2>/dev/null; python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
 export LD_LIBRARY_PATH="$PWD/.carry/gpu/lib:$(echo ${cuda_libs} | tr ' ' ':')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -13,9 +14,17 @@ status=0
 for t in .carry/gpu/bin/*_test; do
   name=$(basename "${t}")
   [[ "${name}" == *"${filter}"* ]] || continue
-  "${t}" --gtest_output="xml:${out}/${name}.xml" > "${out}/${name}.log" 2>&1 || status=1
+  DI_FIXTURE_DIR="$PWD/.carry/gpu/fixtures/v41-tiny-a" "${t}" --gtest_output="xml:${out}/${name}.xml" > "${out}/${name}.log" 2>&1 || status=1
   tail -n 3 "${out}/${name}.log"
 done
+# The golden fixture through the CUDA forward (fp32 rule, both index-key behaviours).
+if [[ -x .carry/gpu/bin/deepinfer && -d .carry/gpu/fixtures/v41-tiny-a && "replay-fixture" == *"${filter}"* ]]; then
+  for quirk in intended shipped; do
+    .carry/gpu/bin/deepinfer replay-fixture .carry/gpu/fixtures/v41-tiny-a --backend cuda \
+      --precision fp32 --quirk "${quirk}" > "${out}/replay-fixture-cuda-${quirk}.log" 2>&1 || status=1
+    tail -n 4 "${out}/replay-fixture-cuda-${quirk}.log"
+  done
+fi
 for b in .carry/gpu/bin/*_bench; do
   name=$(basename "${b}")
   [[ "${name}" == *"${filter}"* ]] || continue

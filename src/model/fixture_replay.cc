@@ -491,8 +491,21 @@ ReplayReport replay_fixture(const std::filesystem::path& fixture_dir, ForwardMod
     cr.kind = c.kind;
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<ExpectedRole> roles = c.roles_for(report.precision, report.behaviour);
-    const RoleTensors eng =
-        fixture_detail::run_case(model, c, tensors, report.precision, report.behaviour, cr);
+    RoleTensors eng;
+    try {
+      eng = fixture_detail::run_case(model, c, tensors, report.precision, report.behaviour, cr);
+    } catch (const Error& e) {
+      // A backend error fails this case (named, with the message); the other cases still run.
+      CaseComparison failed;
+      failed.reference = report.precision;
+      failed.strict = strict;
+      failed.failures.push_back(fmt::format("the backend failed: {}", e.what()));
+      cr.comparisons.push_back(std::move(failed));
+      cr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (opts.on_case) opts.on_case(cr);
+      report.cases.push_back(std::move(cr));
+      continue;
+    }
     cr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     cr.comparisons.push_back(compare_case(idx, c, tensors, eng, roles, report.precision,
                                           report.behaviour, strict, opts));

@@ -13,6 +13,9 @@
 #include "commands.h"
 #include "common/check.h"
 #include "model/deepseek_v41/cpu_model.h"
+#if DI_HAVE_CUDA
+#include "model/deepseek_v41/cuda_model.h"
+#endif
 #include "model/fixture_cases.h"
 #include "model/fixture_replay.h"
 #include "model/trace.h"
@@ -152,7 +155,15 @@ void print_case(const CaseReport& r) {
 
 int run_replay(const ReplayCliOptions& o) {
   namespace fs = std::filesystem;
-  DI_CHECK(o.backend == "cpu", "backend '{}' is not available for replay-fixture", o.backend);
+#if DI_HAVE_CUDA
+  DI_CHECK(o.backend == "cpu" || o.backend == "cuda",
+           "backend '{}' is not available for replay-fixture", o.backend);
+#else
+  DI_CHECK(o.backend == "cpu",
+           "backend '{}' is not available for replay-fixture (this build has no CUDA backend: "
+           "configure with -DDI_ENABLE_CUDA=ON)",
+           o.backend);
+#endif
   // Validate the fixture index before the (slower) model load.
   const FixtureIndex idx = load_fixture_index(o.fixture_dir);
   for (const std::string& name : o.cases) {
@@ -165,7 +176,12 @@ int run_replay(const ReplayCliOptions& o) {
   fo.quirk = o.quirk == "shipped" ? IndexKeyQuirk::kShipped : IndexKeyQuirk::kIntended;
   const fs::path model_dir = o.model_dir.empty() ? fs::path(o.fixture_dir) : fs::path(o.model_dir);
   const auto t0 = std::chrono::steady_clock::now();
+#if DI_HAVE_CUDA
+  std::unique_ptr<ForwardModel> model = o.backend == "cuda" ? load_cuda_forward_model(model_dir, fo)
+                                                            : load_cpu_forward_model(model_dir, fo);
+#else
   std::unique_ptr<ForwardModel> model = load_cpu_forward_model(model_dir, fo);
+#endif
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -218,7 +234,8 @@ Command add_replay_fixture(CLI::App& root) {
       ->check(CLI::ExistingDirectory);
   app->add_option("--quirk", o->quirk, "index-key behaviour: intended | shipped")
       ->check(CLI::IsMember({"intended", "shipped"}));
-  app->add_option("--backend", o->backend, "backend: cpu")->check(CLI::IsMember({"cpu"}));
+  app->add_option("--backend", o->backend, "backend: cpu or cuda (CUDA builds)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app->add_option("--precision", o->precision,
                   "fp64: strict match of the fp64 values; fp32: first-divergence rule")
       ->check(CLI::IsMember({"fp64", "fp32"}));

@@ -4,7 +4,9 @@
 #include <memory>
 #include <optional>
 
+#include "config/model_config.h"
 #include "engram/token_map.h"
+#include "loader/checkpoint.h"
 #include "model/forward_api.h"
 
 namespace di {
@@ -15,5 +17,15 @@ namespace di {
 std::unique_ptr<ForwardModel> load_cpu_forward_model(
     const std::filesystem::path& model_dir, const ForwardOptions& options,
     std::optional<CompressedTokenMap> token_map = std::nullopt);
+
+// Shared by the backends' loaders: the Engram token map a V4.1 model needs (the given one,
+// checked against the config, or the model directory's engram_token_map.safetensors; nullopt for
+// models without Engram layers), and the checkpoint opened and checked against the catalogue.
+std::optional<CompressedTokenMap> resolve_engram_token_map(
+    const ModelConfig& cfg, const std::filesystem::path& model_dir,
+    std::optional<CompressedTokenMap> token_map);
+std::shared_ptr<const Checkpoint> open_v41_checkpoint(const std::filesystem::path& model_dir,
+                                                      const ModelConfig& cfg,
+                                                      std::string_view backend);
 
 }  // namespace di

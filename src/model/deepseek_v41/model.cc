@@ -15,8 +15,6 @@
 
 namespace di::v41 {
 
-namespace {
-
 cpu::RopeParams rope_params(const ModelConfig& c, bool compressed) {
   cpu::RopeParams p;
   p.rope_dim = c.rope_head_dim;
@@ -31,8 +29,6 @@ cpu::RopeParams rope_params(const ModelConfig& c, bool compressed) {
   }
   return p;
 }
-
-}  // namespace
 
 template <typename T>
 Model<T>::Model(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, ForwardOptions opts,

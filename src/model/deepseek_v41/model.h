@@ -33,6 +33,10 @@ namespace di::v41 {
 // act_quant block of V4.1 activations before FP8 GEMMs / the KV cache (fp8_block_size).
 inline constexpr int kActBlock = 32;
 
+// RoPE of a block kind: ratio-0 blocks rope_theta without YaRN; compressed blocks
+// compress_rope_theta with the config's YaRN scaling (shared by the CPU and CUDA forwards).
+cpu::RopeParams rope_params(const ModelConfig& c, bool compressed);
+
 template <typename T>
 class Model final : public ForwardModel {
  public:

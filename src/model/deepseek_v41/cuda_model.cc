@@ -1,0 +1,1330 @@
+// The DeepSeek-V4.1 backbone on the GPU: Model<float> (model.cc, attention.cc) step by step, each
+// step one launcher of src/kernels/cuda (their parity tests pin each op to the CPU op it replaces).
+// Per-step buffers live in a growable scratch set; the per-sequence cache (window rings, and per
+// kv-source owner the compressed entries, the index keys and the ratio-2 tail) lives in device
+// memory in the quantised formats of kernels/params/kv_cache.h, addressed as single-page tables.
+
+#include "model/deepseek_v41/cuda_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/device_buffer.h"
+#include "common/check.h"
+#include "engram/hash_params.h"
+#include "engram/ngram_hash.h"
+#include "engram/row_gather.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/attention/sparse_attention.cuh"
+#include "kernels/cuda/engram/engram.cuh"
+#include "kernels/cuda/fp8_gemm/fp8_gemm.h"
+#include "kernels/cuda/indexer/indexer.cuh"
+#include "kernels/cuda/kv_write/kv_write.cuh"
+#include "kernels/cuda/linear_exact/linear_exact.cuh"
+#include "kernels/cuda/mhc/mhc.cuh"
+#include "kernels/cuda/moe/moe_expert.cuh"
+#include "kernels/cuda/moe/moe_route.cuh"
+#include "kernels/cuda/ops/act_quant.cuh"
+#include "kernels/cuda/ops/embedding.cuh"
+#include "kernels/cuda/ops/lm_head.cuh"
+#include "kernels/cuda/ops/rmsnorm.cuh"
+#include "kernels/cuda/ops/rope.cuh"
+#include "kernels/cuda/ops/scale.cuh"
+#include "kernels/cuda/wo_a/wo_a.cuh"
+#include "model/deepseek_v41/cpu_model.h"
+#include "model/deepseek_v41/model.h"
+#include "model/deepseek_v41/weights.h"
+#include "model/trace.h"
+
+namespace di::v41 {
+namespace {
+
+constexpr ActPrecision kF32 = ActPrecision::kF32;
+
+size_t round_up(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
+
+// Device copies of the weights, bump-allocated from large chunks (few cudaMallocs).
+class WeightPool {
+ public:
+  const void* upload(std::span<const std::byte> bytes, const std::string& tag) {
+    const size_t need = round_up(std::max<size_t>(bytes.size(), 1), 256);
+    if (chunks_.empty() || used_ + need > chunks_.back().size()) {
+      chunks_.emplace_back(std::max(need, kChunk), "weights (" + tag + ")");
+      used_ = 0;
+    }
+    auto* dst = static_cast<std::byte*>(chunks_.back().data()) + used_;
+    used_ += need;
+    if (!bytes.empty()) {
+      DI_CUDA_CHECK(cudaMemcpy(dst, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    }
+    return dst;
+  }
+  template <typename T>
+  const T* upload_vec(const std::vector<T>& v, const std::string& tag) {
+    return static_cast<const T*>(upload(std::as_bytes(std::span<const T>(v)), tag));
+  }
+
+ private:
+  static constexpr size_t kChunk = size_t{256} << 20;
+  std::vector<DeviceBuffer> chunks_;
+  size_t used_ = 0;
+};
+
+struct DevFp8 {  // FP8 e4m3 [n, k] with one UE8M0 scale per block x block
+  const uint8_t* w = nullptr;
+  const uint8_t* s = nullptr;
+  int64_t n = 0, k = 0;
+  int block = 0;
+};
+struct DevBf16 {  // bf16 [n, k]
+  const uint16_t* w = nullptr;
+  int64_t n = 0, k = 0;
+};
+struct DevHc {
+  const uint32_t* fn_packed = nullptr;
+  const float* scale = nullptr;
+  const float* base = nullptr;
+};
+
+struct DevBlock {
+  const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *kv_norm = nullptr;
+  const float *attn_sink = nullptr, *comp_norm = nullptr, *idx_k_norm = nullptr;
+  const float *gate_bias = nullptr, *gate_bias_vl = nullptr, *engram_qk = nullptr;
+  DevHc hc_attn, hc_ffn;
+  DevFp8 wq_a, wq_b, wkv, wo_a, wo_b, idx_wq_b, shared_w13, shared_w2, engram_wkv;
+  DevBf16 comp_wkv, comp_wgate, idx_weights_proj, idx_wk, gate;
+  const Fp4ExpertMatrix* experts_w13 = nullptr;  // [2 * E]: w1 of every expert, then w3
+  const Fp4ExpertMatrix* experts_w2 = nullptr;   // [E]
+};
+
+// The per-sequence device cache. Tables are single pages (page id 0) that grow by doubling.
+class CudaSeqState final : public SequenceState {
+ public:
+  int64_t num_tokens() const override { return tokens; }
+
+  struct Owner {
+    DeviceBuffer comp, keys, ratio2_state;
+    int64_t capacity = 0;  // entries of comp and keys
+  };
+  int64_t tokens = 0;
+  EngramHistory engram;
+  int64_t last_index_publisher = -1;
+  std::unique_ptr<SequenceState> draft;  // the CPU drafter's state (models with DSpark stages)
+  DeviceBuffer swa;                      // [backbone blocks * window] SWA entries
+  std::vector<Owner> owners;             // per block (used by kv-source owners)
+};
+
+class CudaModel final : public ForwardModel {
+ public:
+  CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, ForwardOptions opts,
+            CudaForwardOptions cuda, std::optional<CompressedTokenMap> token_map);
+
+  std::unique_ptr<SequenceState> new_sequence() const override;
+  ForwardResult forward(std::span<const SequenceChunk> chunks) override;
+  // DSpark drafting runs on the CPU reference for now (the draft-block attention kernel does not
+  // exist yet): the drafter reads only the backbone's taps and its own per-stage rings.
+  void dspark_prefill(SequenceState& state,
+                      const std::vector<std::vector<double>>& main_hidden_rows) override {
+    drafter_->dspark_prefill(draft_state(state), main_hidden_rows);
+  }
+  DraftResult dspark_step(SequenceState& state, int64_t input_id,
+                          const std::vector<double>& main_hidden_row) override {
+    return drafter_->dspark_step(draft_state(state), input_id, main_hidden_row);
+  }
+  int64_t vocab_size() const override { return cfg_.vocab_size; }
+  void set_tracer(ForwardTracer* tracer) override { tracer_ = tracer; }
+
+ private:
+  // Per-forward values handed from sources to consumers (the CPU's Model::Shared).
+  struct Shared {
+    int32_t topk_width = 0;  // 0: no top-k rows (no compressed entries visible yet)
+    int64_t mask_len = -1;   // candidate pool columns (-1: no pool built in this forward)
+  };
+
+  SequenceState& draft_state(SequenceState& state) const;
+  void upload_weights();
+  DevFp8 fp8(const WeightRef& w, const std::string& tag);
+  DevBf16 bf16(const WeightRef& w, const std::string& tag);
+  const float* f32(const std::vector<float>& v, const std::string& tag) {
+    return pool_.upload_vec(v, tag);
+  }
+
+  // Named step buffers (grown on demand; stream order makes reuse within a step safe).
+  void* buf(const std::string& name, size_t bytes);
+  template <typename T>
+  T* buf(const std::string& name, int64_t count) {
+    return static_cast<T*>(buf(name, static_cast<size_t>(count) * sizeof(T)));
+  }
+  // Copies host values into the named step buffer (kept alive until the step's sync).
+  template <typename T>
+  T* upload(const std::string& name, std::span<const T> v);
+
+  PagedTable table(DeviceBuffer& pool, int64_t capacity, int entry_bytes) const;
+  void ensure_capacity(CudaSeqState& st, int64_t owner, int64_t entries);
+
+  void forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
+                     std::span<const uint8_t> image_mask, std::vector<double>& logits,
+                     std::vector<std::vector<double>>& taps, std::vector<double>* all_logits);
+  void block_forward(int64_t i, CudaSeqState& st, int64_t start, int64_t rows, Shared& shared);
+  void attention(int64_t i, CudaSeqState& st, int64_t start, int64_t rows, Shared& shared);
+  void indexer(int64_t i, CudaSeqState& st, int64_t start, int64_t rows, Shared& shared);
+  void compress(int64_t i, CudaSeqState& st, int64_t start, int64_t rows);
+  void moe(int64_t i, int64_t rows);
+  void engram(int64_t i, const std::vector<int64_t>& hashes, int64_t rows);
+
+  // y[m, n] = act_quant(x) . W^T from already-quantised rows / from fp32 rows.
+  void gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const DevFp8& w, float* out);
+  void gemm_x(const float* x, int64_t m, const DevFp8& w, float* out);
+  // y[m, n] = x . W^T with bf16 weights, fp32 activations and outputs.
+  void gemv_bf16(const float* x, int64_t m, const DevBf16& w, float* out);
+  void norm_quant(const float* x, int64_t rows, int64_t dim, const float* weight, float* y,
+                  uint8_t* codes, uint8_t* scales);
+  void rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* freqs,
+            bool inverse);
+  const float* freqs_for(int64_t block) const {
+    return cfg_.compress_ratios[static_cast<size_t>(block)] > 0 ? freqs_compressed_ : freqs_plain_;
+  }
+
+  std::shared_ptr<const Checkpoint> ckpt_;
+  ModelConfig cfg_;
+  ForwardOptions opts_;
+  CudaForwardOptions cuda_;
+  DeviceInfo info_;
+  ModelWeights<float> host_;  // zero-copy views + small vectors decoded once (CPU binding)
+  std::optional<CompressedTokenMap> token_map_;
+  std::optional<EngramHashParams> engram_params_;
+  std::unique_ptr<Model<float>> drafter_;  // DSpark stages on the CPU reference (interim)
+  Stream stream_;
+  WeightPool pool_;
+  std::vector<DevBlock> blocks_;
+  const uint16_t* embed_ = nullptr;
+  DevBf16 head_;
+  const float* final_norm_ = nullptr;
+  const float* freqs_plain_ = nullptr;
+  const float* freqs_compressed_ = nullptr;
+  DeviceBuffer zero_page_;  // int32 0: the page list of every single-page table
+  std::map<std::string, DeviceBuffer> scratch_;
+  std::vector<std::vector<std::byte>> staged_;  // host sources of this step's async uploads
+  int swa_bytes_ = 0, comp_bytes_ = 0, key_bytes_ = 0;
+  bool image_rows_ = false;  // this step has an image mask ("image_mask" buffer)
+  // DI_CUDA_SYNC_CHECK=1: synchronize after every op and name the op in any CUDA error (a
+  // debugging mode; normally errors surface at the step's final synchronization).
+  bool sync_check_ = false;
+  bool exact_ = true;  // exact-order linears (see CudaForwardOptions::tensor_core_linears)
+  ForwardTracer* tracer_ = nullptr;  // not owned; nullptr: no tracing
+  int64_t cur_block_ = -1;           // the block being launched (error messages)
+
+  // After each launch: in sync-check mode, wait and name the failing op.
+  void after(const char* op, int64_t block = -1);
+  // Tracing (model/trace.h names): copies a device fp32 tensor to the tracer (synchronizes).
+  void trace_dev(int64_t block, std::string_view name, const float* dev,
+                 std::initializer_list<int64_t> shape);
+};
+
+CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, ForwardOptions opts,
+                     CudaForwardOptions cuda, std::optional<CompressedTokenMap> token_map)
+    : ckpt_(std::move(ckpt)),
+      cfg_(std::move(cfg)),
+      opts_(opts),
+      cuda_(cuda),
+      info_(device_info(cuda.device)),
+      host_(bind_weights<float>(cfg_, *ckpt_)),
+      token_map_(std::move(token_map)) {
+  if (const char* v = std::getenv("DI_CUDA_SYNC_CHECK")) sync_check_ = std::string(v) == "1";
+  exact_ = !cuda_.tensor_core_linears;
+  DI_CHECK(opts_.precision == Precision::kFp32,
+           "the CUDA backend runs with --precision fp32 for now (bf16 storage is not wired yet)");
+  DI_CHECK(cfg_.hc_mult == kMhcStreams,
+           "CUDA backend: hc_mult {} (the mHC kernels are built for {})", cfg_.hc_mult,
+           kMhcStreams);
+  DI_CHECK(cfg_.quant.block_n == cfg_.quant.block_k && cfg_.quant.block_n == kActBlock,
+           "CUDA backend: FP8 weight blocks {}x{} (the V4.1 forward uses {}x{})",
+           cfg_.quant.block_n, cfg_.quant.block_k, kActBlock, kActBlock);
+  if (!cfg_.engram_layer_ids.empty()) engram_params_ = make_engram_hash_params(cfg_, *token_map_);
+  if (cfg_.num_nextn_predict_layers > 0) {
+    drafter_ = std::make_unique<Model<float>>(ckpt_, cfg_, opts_, token_map_);
+  }
+  swa_bytes_ = swa_entry_bytes(static_cast<int>(cfg_.head_dim));
+  comp_bytes_ = comp_entry_bytes(static_cast<int>(cfg_.head_dim));
+  key_bytes_ = index_key_bytes(static_cast<int>(cfg_.index_head_dim));
+  upload_weights();
+}
+
+DevFp8 CudaModel::fp8(const WeightRef& w, const std::string& tag) {
+  DI_CHECK(w.format == cpu::WeightFormat::kFp8Block && w.bn == w.bk,
+           "CUDA backend: {} is not an FP8 weight with square scale blocks", tag);
+  DevFp8 d;
+  d.w = static_cast<const uint8_t*>(pool_.upload(w.weight.bytes(), tag));
+  d.s = static_cast<const uint8_t*>(pool_.upload(w.scale.bytes(), tag + ".scale"));
+  d.n = w.rows;
+  d.k = w.cols;
+  d.block = w.bn;
+  return d;
+}
+
+DevBf16 CudaModel::bf16(const WeightRef& w, const std::string& tag) {
+  DI_CHECK(w.format == cpu::WeightFormat::kDense && w.weight.dtype == DType::kBF16,
+           "CUDA backend: {} is not a bf16 weight (dtype {})", tag, dtype_name(w.weight.dtype));
+  return DevBf16{static_cast<const uint16_t*>(pool_.upload(w.weight.bytes(), tag)), w.rows, w.cols};
+}
+
+void CudaModel::upload_weights() {
+  DI_CUDA_CHECK(cudaSetDevice(cuda_.device));
+  const int64_t D = cfg_.hidden_size;
+  embed_ = static_cast<const uint16_t*>(
+      pool_.upload(host_.embed.weight.bytes(), "embed"));  // bf16 [vocab, D]
+  DI_CHECK(host_.embed.weight.dtype == DType::kBF16, "CUDA backend: embed is not bf16");
+  head_ = bf16(host_.head, "head");
+  final_norm_ = f32(host_.norm, "norm");
+  freqs_plain_ = f32(cpu::rope_frequencies<float>(rope_params(cfg_, false)), "rope");
+  freqs_compressed_ = f32(cpu::rope_frequencies<float>(rope_params(cfg_, true)), "rope.yarn");
+  zero_page_ = DeviceBuffer(sizeof(int32_t), "page list");
+  zero_page_.fill_async(0, stream_.get());
+  auto pack_hc = [&](const HcParams<float>& h, const std::string& tag) {
+    std::vector<uint32_t> packed(mhc_fn_packed_words(D));
+    mhc_pack_fn(h.fn.data(), D, packed.data());
+    return DevHc{pool_.upload_vec(packed, tag + ".fn"), f32(h.scale, tag + ".scale"),
+                 f32(h.base, tag + ".base")};
+  };
+  const auto n_backbone = static_cast<size_t>(cfg_.num_layers);
+  blocks_.resize(n_backbone);
+  for (size_t i = 0; i < n_backbone; ++i) {
+    const BlockWeights<float>& w = host_.blocks[i];
+    DevBlock& d = blocks_[i];
+    const std::string P = w.plan.prefix;
+    d.attn_norm = f32(w.attn_norm, P + "attn_norm");
+    d.ffn_norm = f32(w.ffn_norm, P + "ffn_norm");
+    d.q_norm = f32(w.q_norm, P + "q_norm");
+    d.kv_norm = f32(w.kv_norm, P + "kv_norm");
+    d.attn_sink = f32(w.attn_sink, P + "attn_sink");
+    d.hc_attn = pack_hc(w.hc_attn, P + "hc_attn");
+    d.hc_ffn = pack_hc(w.hc_ffn, P + "hc_ffn");
+    d.wq_a = fp8(w.wq_a, P + "attn.wq_a");
+    d.wq_b = fp8(w.wq_b, P + "attn.wq_b");
+    d.wkv = fp8(w.wkv, P + "attn.wkv");
+    d.wo_a = fp8(w.wo_a, P + "attn.wo_a");
+    d.wo_b = fp8(w.wo_b, P + "attn.wo_b");
+    if (w.comp_wkv) {
+      d.comp_wkv = bf16(*w.comp_wkv, P + "compressor.wkv");
+      d.comp_norm = f32(w.comp_norm, P + "compressor.norm");
+    }
+    if (w.comp_wgate) d.comp_wgate = bf16(*w.comp_wgate, P + "compressor.wgate");
+    if (w.idx_wk) {
+      d.idx_wk = bf16(*w.idx_wk, P + "indexer.wk");
+      d.idx_k_norm = f32(w.idx_k_norm, P + "indexer.k_norm");
+    }
+    if (w.idx_wq_b) d.idx_wq_b = fp8(*w.idx_wq_b, P + "indexer.wq_b");
+    if (w.idx_weights_proj) d.idx_weights_proj = bf16(*w.idx_weights_proj, P + "indexer.wproj");
+    // MoE: router, routed experts (FP4 as stored), shared expert with w1 | w3 concatenated.
+    d.gate = bf16(w.gate, P + "ffn.gate");
+    d.gate_bias = f32(w.gate_bias, P + "ffn.gate.bias");
+    d.gate_bias_vl = f32(w.gate_bias_vl, P + "ffn.gate.bias_vl");
+    const size_t E = w.experts.size();
+    std::vector<Fp4ExpertMatrix> w13(2 * E), w2(E);
+    for (size_t e = 0; e < E; ++e) {
+      const ExpertWeights& ew = w.experts[e];
+      const std::string ep = P + "ffn.experts." + std::to_string(e);
+      auto fp4 = [&](const WeightRef& m, const std::string& tag) {
+        DI_CHECK(m.format == cpu::WeightFormat::kFp4Row,
+                 "CUDA backend: {} is not an FP4 expert weight (the routed-expert GEMM is FP4)",
+                 tag);
+        return Fp4ExpertMatrix{static_cast<const uint8_t*>(pool_.upload(m.weight.bytes(), tag)),
+                               static_cast<const uint8_t*>(pool_.upload(m.scale.bytes(), tag))};
+      };
+      w13[e] = fp4(ew.w1, ep + ".w1");
+      w13[E + e] = fp4(ew.w3, ep + ".w3");
+      w2[e] = fp4(ew.w2, ep + ".w2");
+    }
+    d.experts_w13 = pool_.upload_vec(w13, P + "experts.w13");
+    d.experts_w2 = pool_.upload_vec(w2, P + "experts.w2");
+    {
+      const WeightRef& a = w.shared.w1;
+      const WeightRef& b = w.shared.w3;
+      DI_CHECK(a.rows % a.bn == 0 && a.format == b.format && a.rows == b.rows && a.cols == b.cols,
+               "CUDA backend: {}shared expert w1/w3 cannot be concatenated", P);
+      std::vector<std::byte> wcat(a.weight.bytes().begin(), a.weight.bytes().end());
+      wcat.insert(wcat.end(), b.weight.bytes().begin(), b.weight.bytes().end());
+      std::vector<std::byte> scat(a.scale.bytes().begin(), a.scale.bytes().end());
+      scat.insert(scat.end(), b.scale.bytes().begin(), b.scale.bytes().end());
+      d.shared_w13 = DevFp8{static_cast<const uint8_t*>(pool_.upload(wcat, P + "shared.w13")),
+                            static_cast<const uint8_t*>(pool_.upload(scat, P + "shared.w13.s")),
+                            2 * a.rows, a.cols, a.bn};
+      d.shared_w2 = fp8(w.shared.w2, P + "shared.w2");
+    }
+    if (w.engram_wkv) {
+      d.engram_wkv = fp8(*w.engram_wkv, P + "engram.wkv");
+      d.engram_qk = f32(w.engram_qk, P + "engram.qk");
+    }
+  }
+  stream_.synchronize();
+}
+
+void* CudaModel::buf(const std::string& name, size_t bytes) {
+  bytes = std::max<size_t>(bytes, 16);
+  auto it = scratch_.find(name);
+  if (it == scratch_.end() || it->second.size() < bytes) {
+    // A freed buffer may still be read by queued work: finish the stream first.
+    stream_.synchronize();
+    scratch_[name] = DeviceBuffer(round_up(bytes + bytes / 4, 256), "step buffer " + name);
+    it = scratch_.find(name);
+  }
+  return it->second.data();
+}
+
+template <typename T>
+T* CudaModel::upload(const std::string& name, std::span<const T> v) {
+  T* dst = buf<T>(name, static_cast<int64_t>(v.size()));
+  if (v.empty()) return dst;
+  const auto bytes = std::as_bytes(v);
+  staged_.emplace_back(bytes.begin(), bytes.end());
+  DI_CUDA_CHECK(cudaMemcpyAsync(dst, staged_.back().data(), bytes.size(), cudaMemcpyHostToDevice,
+                                stream_.get()));
+  return dst;
+}
+
+PagedTable CudaModel::table(DeviceBuffer& pool, int64_t capacity, int entry_bytes) const {
+  PagedTable t;
+  t.pool = static_cast<uint8_t*>(pool.data());
+  t.page_bytes = capacity * entry_bytes;
+  t.pages = zero_page_.as<int32_t>();
+  t.pages_stride = 1;
+  t.entries_per_page = static_cast<int32_t>(capacity);
+  t.entry_bytes = entry_bytes;
+  return t;
+}
+
+SequenceState& CudaModel::draft_state(SequenceState& state) const {
+  auto* st = dynamic_cast<CudaSeqState*>(&state);
+  DI_CHECK(st != nullptr, "DSpark: sequence state of another model or backend");
+  DI_CHECK(st->draft != nullptr, "DSpark: this model has no draft stages");
+  return *st->draft;
+}
+
+std::unique_ptr<SequenceState> CudaModel::new_sequence() const {
+  auto st = std::make_unique<CudaSeqState>();
+  if (drafter_) st->draft = drafter_->new_sequence();
+  st->swa = DeviceBuffer(static_cast<size_t>(cfg_.num_layers * cfg_.sliding_window) * swa_bytes_,
+                         "SWA rings");
+  st->owners.resize(static_cast<size_t>(cfg_.num_layers));
+  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
+    if (p.mode != AttnMode::kFull || p.compress_ratio < 2) continue;
+    // Ratio-2 tail: kv slots 0, then score slots at -inf (never read before written).
+    const int64_t hd = cfg_.head_dim;
+    std::vector<float> init(static_cast<size_t>(ratio2_state_floats(static_cast<int>(hd))), 0.0f);
+    std::fill(init.begin() + 2 * hd, init.end(), -INFINITY);
+    auto& o = st->owners[static_cast<size_t>(i)];
+    o.ratio2_state = DeviceBuffer(init.size() * sizeof(float), "ratio-2 compressor tail");
+    DI_CUDA_CHECK(cudaMemcpy(o.ratio2_state.data(), init.data(), init.size() * sizeof(float),
+                             cudaMemcpyHostToDevice));
+  }
+  return st;
+}
+
+void CudaModel::ensure_capacity(CudaSeqState& st, int64_t owner, int64_t entries) {
+  auto& o = st.owners[static_cast<size_t>(owner)];
+  if (entries <= o.capacity && o.capacity > 0) return;  // tables exist from the first chunk on
+  // Whole multiples of 16 entries keep every page 16-byte aligned (68-byte index keys).
+  const int64_t cap = (std::max({entries, 2 * o.capacity, int64_t{64}}) + 15) / 16 * 16;
+  DI_CHECK(cap <= INT32_MAX, "sequence too long: {} compressed entries", cap);
+  DeviceBuffer comp(static_cast<size_t>(cap) * comp_bytes_, "compressed KV");
+  DeviceBuffer keys(static_cast<size_t>(cap) * key_bytes_, "index keys");
+  if (o.capacity > 0) {
+    DI_CUDA_CHECK(cudaMemcpyAsync(comp.data(), o.comp.data(),
+                                  static_cast<size_t>(o.capacity) * comp_bytes_,
+                                  cudaMemcpyDeviceToDevice, stream_.get()));
+    DI_CUDA_CHECK(cudaMemcpyAsync(keys.data(), o.keys.data(),
+                                  static_cast<size_t>(o.capacity) * key_bytes_,
+                                  cudaMemcpyDeviceToDevice, stream_.get()));
+    stream_.synchronize();  // the old buffers are freed below
+  }
+  o.comp = std::move(comp);
+  o.keys = std::move(keys);
+  o.capacity = cap;
+}
+
+void CudaModel::gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const DevFp8& w,
+                       float* out) {
+  if (exact_) {
+    LinearExactParams p;
+    p.xq = xq;
+    p.xs = xs;
+    p.format = ExactWeightFormat::kFp8Block;
+    p.weight = w.w;
+    p.weight_scale = w.s;
+    p.bn = p.bk = w.block;
+    p.m = m;
+    p.n = w.n;
+    p.k = w.k;
+    p.y = out;
+    linear_exact(p, stream_.get());
+    after("linear_exact");
+    return;
+  }
+  const Fp8GemmPlan plan =
+      plan_fp8_gemm(m, w.n, w.k, w.block, info_.sm_count, info_.sm_major, info_.sm_minor);
+  Fp8GemmParams p;
+  p.xq = xq;
+  p.xq_scale = xs;
+  p.weight = w.w;
+  p.weight_scale = w.s;
+  p.m = m;
+  p.n = w.n;
+  p.k = w.k;
+  p.block = w.block;
+  p.out = out;
+  p.out_dtype = Fp8OutDtype::kF32;
+  fp8_gemm(p, plan, stream_.get());
+  after("fp8_gemm");
+}
+
+void CudaModel::gemm_x(const float* x, int64_t m, const DevFp8& w, float* out) {
+  if (exact_) {
+    // act_quant (bit-exact vs the CPU's), then the exact-order product of the quantised rows.
+    ActQuantParams q;
+    q.x = x;
+    q.codes = buf<uint8_t>("gemm.xq", m * w.k);
+    q.scales = buf<uint8_t>("gemm.xs", m * w.k / kActBlock);
+    q.rows = m;
+    q.dim = w.k;
+    q.block = kActBlock;
+    q.precision = kF32;
+    act_quant(q, stream_.get());
+    after("act_quant");
+    gemm_q(q.codes, q.scales, m, w, out);
+    return;
+  }
+  const Fp8GemmPlan plan =
+      plan_fp8_gemm(m, w.n, w.k, w.block, info_.sm_count, info_.sm_major, info_.sm_minor);
+  Fp8GemmParams p;
+  p.x = x;
+  p.x_dtype = Fp8ActDtype::kF32;
+  p.weight = w.w;
+  p.weight_scale = w.s;
+  p.m = m;
+  p.n = w.n;
+  p.k = w.k;
+  p.block = w.block;
+  p.out = out;
+  p.out_dtype = Fp8OutDtype::kF32;
+  p.workspace_bytes = fp8_gemm_workspace_bytes(m, w.k, w.block);
+  p.workspace = buf("gemm.act_quant", p.workspace_bytes);
+  fp8_gemm(p, plan, stream_.get());
+  after("fp8_gemm");
+}
+
+void CudaModel::gemv_bf16(const float* x, int64_t m, const DevBf16& w, float* out) {
+  if (exact_) {
+    LinearExactParams p;
+    p.x = x;
+    p.format = ExactWeightFormat::kBf16;
+    p.weight = reinterpret_cast<const uint8_t*>(w.w);
+    p.m = m;
+    p.n = w.n;
+    p.k = w.k;
+    p.y = out;
+    linear_exact(p, stream_.get());
+    after("linear_exact");
+    return;
+  }
+  LmHeadParams p;
+  p.x = x;
+  p.weight = w.w;
+  p.logits = out;
+  p.rows = m;
+  p.vocab = w.n;
+  p.dim = w.k;
+  lm_head(p, stream_.get());
+  after("lm_head");
+}
+
+void CudaModel::norm_quant(const float* x, int64_t rows, int64_t dim, const float* weight, float* y,
+                           uint8_t* codes, uint8_t* scales) {
+  RmsNormQuantParams p;
+  p.norm.x = x;
+  p.norm.weight = weight;
+  p.norm.y = y;
+  p.norm.rows = rows;
+  p.norm.dim = dim;
+  p.norm.eps = static_cast<float>(cfg_.rms_norm_eps);
+  p.norm.precision = kF32;
+  p.codes = codes;
+  p.scales = scales;
+  p.block = kActBlock;
+  rms_norm_act_quant(p, stream_.get());
+  after("rms_norm_act_quant");
+}
+
+void CudaModel::rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* freqs,
+                     bool inverse) {
+  RopeApplyParams p;
+  p.x = x;
+  p.positions = buf<int64_t>("positions", rows);
+  p.freqs = freqs;
+  p.rows = rows;
+  p.heads = heads;
+  p.head_dim = head_dim;
+  p.rope_dim = cfg_.rope_head_dim;
+  p.inverse = inverse;
+  p.precision = kF32;
+  apply_rope(p, stream_.get());
+  after("apply_rope");
+}
+
+void CudaModel::after(const char* op, int64_t block) {
+  if (!sync_check_) return;
+  if (block < 0) block = cur_block_;
+  const cudaError_t e = cudaStreamSynchronize(stream_.get());
+  if (e != cudaSuccess) {
+    DI_FAIL("CUDA forward: {} (block {}) failed: {} ({})", op, block, cudaGetErrorName(e),
+            cudaGetErrorString(e));
+  }
+}
+
+void CudaModel::trace_dev(int64_t block, std::string_view name, const float* dev,
+                          std::initializer_list<int64_t> shape) {
+  if (tracer_ == nullptr) return;
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  std::vector<float> host(static_cast<size_t>(n));
+  DI_CUDA_CHECK(cudaMemcpyAsync(host.data(), dev, host.size() * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream_.get()));
+  stream_.synchronize();
+  const std::vector<double> wide(host.begin(), host.end());
+  const std::string full = block < 0 ? std::string(name) : fmt::format("layer.{}.{}", block, name);
+  tracer_->record(full, wide, shape);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One chunk of one sequence.
+
+void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
+                              std::span<const uint8_t> image_mask, std::vector<double>& logits,
+                              std::vector<std::vector<double>>& taps,
+                              std::vector<double>* all_logits) {
+  const int64_t S = static_cast<int64_t>(ids.size());
+  DI_CHECK(S > 0, "forward: empty chunk");
+  DI_CHECK(S <= 65535, "forward: a chunk of {} tokens (at most 65535 per step)", S);
+  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, start = st.tokens;
+  for (int64_t id : ids) {
+    DI_CHECK(id >= 0 && id < cfg_.vocab_size, "token id {} outside the vocabulary of {}", id,
+             cfg_.vocab_size);
+  }
+  DI_CHECK(image_mask.empty() || image_mask.size() == ids.size(),
+           "forward: image mask has {} entries for {} tokens", image_mask.size(), ids.size());
+  staged_.clear();
+  std::vector<int64_t> hashes;
+  if (engram_params_) {
+    hashes = engram_hash_chunk(*engram_params_, *token_map_, ids, image_mask, st.engram);
+  }
+  // Step inputs: positions, the single-sequence batch rows, the chunk bounds.
+  std::vector<int64_t> positions(static_cast<size_t>(S));
+  for (int64_t r = 0; r < S; ++r)
+    positions[static_cast<size_t>(r)] = start + r;
+  upload<int64_t>("positions", positions);
+  upload<int32_t>("seq", std::vector<int32_t>(static_cast<size_t>(S), 0));
+  upload<int64_t>("seq_end", std::vector<int64_t>{start + S});
+  // Per query row: where the chunk's own entries start (the attention's chunk_kv rows).
+  upload<int64_t>("chunk_start", std::vector<int64_t>(static_cast<size_t>(S), start));
+  upload<int64_t>("chunk_row0", std::vector<int64_t>(static_cast<size_t>(S), 0));
+  image_rows_ = !image_mask.empty();
+  if (image_rows_) upload<uint8_t>("image_mask", image_mask);
+
+  // Embedding into every hc stream; the carried pre-mix starts one-hot on stream 0.
+  EmbeddingParams ep;
+  ep.table = embed_;
+  ep.ids = upload<int64_t>("ids", ids);
+  ep.out = buf<float>("h", S * hc * D);
+  ep.rows = S;
+  ep.vocab = cfg_.vocab_size;
+  ep.dim = D;
+  ep.copies = hc;
+  ep.precision = kF32;
+  embedding_gather(ep, stream_.get());
+  after("embedding_gather");
+  std::vector<float> pre0(static_cast<size_t>(S * hc), 0.0f);
+  for (int64_t r = 0; r < S; ++r)
+    pre0[static_cast<size_t>(r * hc)] = 1.0f;
+  upload<float>("pre_mix", pre0);
+
+  taps.assign(static_cast<size_t>(S), {});
+  Shared shared;
+  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
+    cur_block_ = i;
+    if (p.engram_slot >= 0) engram(i, hashes, S);
+    if (std::find(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(), i) !=
+        cfg_.dspark_target_layer_ids.end()) {
+      // DSpark taps: the mean of the hc streams, as the CPU computes it (float sums, stream order).
+      std::vector<float> h(static_cast<size_t>(S * hc * D));
+      DI_CUDA_CHECK(cudaMemcpyAsync(h.data(), buf<float>("h", S * hc * D), h.size() * sizeof(float),
+                                    cudaMemcpyDeviceToHost, stream_.get()));
+      stream_.synchronize();
+      for (int64_t r = 0; r < S; ++r) {
+        for (int64_t d = 0; d < D; ++d) {
+          float acc = 0;
+          for (int64_t c = 0; c < hc; ++c)
+            acc += h[static_cast<size_t>((r * hc + c) * D + d)];
+          taps[static_cast<size_t>(r)].push_back(static_cast<double>(acc / static_cast<float>(hc)));
+        }
+      }
+    }
+    block_forward(i, st, start, S, shared);
+  }
+  cur_block_ = -1;
+  st.tokens += S;
+
+  // Final collapse with the last FFN pre-mix, norm, head: the last row (every row on request).
+  const int64_t first = all_logits != nullptr ? 0 : S - 1;
+  const int64_t n = S - first;
+  MhcCollapseParams cp;
+  cp.stream = buf<float>("h", S * hc * D) + first * hc * D;
+  cp.pre = buf<float>("pre_mix", S * hc) + first * hc;
+  cp.tokens = n;
+  cp.dim = D;
+  cp.out = buf<float>("final.x", n * D);
+  mhc_collapse(cp, stream_.get());
+  after("mhc_collapse");
+  RmsNormParams np;
+  np.x = cp.out;
+  np.weight = final_norm_;
+  np.y = cp.out;
+  np.rows = n;
+  np.dim = D;
+  np.eps = static_cast<float>(cfg_.rms_norm_eps);
+  rms_norm(np, stream_.get());
+  after("rms_norm");
+  const int64_t V = cfg_.vocab_size;
+  float* dl = buf<float>("logits", n * V);
+  gemv_bf16(buf<float>("final.x", n * D), n, head_, dl);
+  std::vector<float> l(static_cast<size_t>(n * V));
+  DI_CUDA_CHECK(cudaMemcpyAsync(l.data(), dl, l.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                stream_.get()));
+  stream_.synchronize();
+  staged_.clear();
+  if (tracer_ != nullptr) {
+    const std::vector<double> last(l.end() - V, l.end());
+    tracer_->record("final.logits", last, {1, V});
+  }
+  logits.assign(l.end() - V, l.end());
+  if (all_logits != nullptr) all_logits->assign(l.begin(), l.end());
+}
+
+void CudaModel::block_forward(int64_t i, CudaSeqState& st, int64_t start, int64_t S,
+                              Shared& shared) {
+  const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
+  float* h = buf<float>("h", S * hc * D);
+  float* h1 = buf<float>("h1", S * hc * D);
+  float* pre_mix = buf<float>("pre_mix", S * hc);
+  float* attn_pre = buf<float>("attn_pre", S * hc);
+  auto mhc_pre_site = [&](const float* stream, const DevHc& m, const float* carried, float* pre,
+                          const std::string& tag) {
+    MhcPreParams p;
+    p.stream = stream;
+    p.fn_packed = m.fn_packed;
+    p.scale = m.scale;
+    p.base = m.base;
+    p.carried_pre = carried;
+    p.tokens = S;
+    p.dim = D;
+    p.norm_eps = static_cast<float>(cfg_.rms_norm_eps);
+    p.hc_eps = static_cast<float>(cfg_.hc_eps);
+    p.sinkhorn_iters = static_cast<int>(cfg_.hc_sinkhorn_iters);
+    p.collapsed = buf<float>("x", S * D);
+    p.pre = pre;
+    p.post = buf<float>(tag + ".post", S * hc);
+    p.comb = buf<float>(tag + ".comb", S * hc * hc);
+    p.workspace = static_cast<float*>(buf("mhc.workspace", mhc_pre_workspace_bytes(S, D)));
+    mhc_pre(p, stream_.get());
+    after("mhc_pre");
+  };
+  auto mhc_post_site = [&](const float* y, const float* in, float* out, const std::string& tag) {
+    MhcPostParams p;
+    p.y = y;
+    p.stream_in = in;
+    p.post = buf<float>(tag + ".post", S * hc);
+    p.comb = buf<float>(tag + ".comb", S * hc * hc);
+    p.tokens = S;
+    p.dim = D;
+    p.stream_out = out;
+    mhc_post(p, stream_.get());
+    after("mhc_post");
+  };
+  auto trace_mix = [&](const std::string& site, const float* pre) {
+    trace_dev(i, site + ".pre", pre, {S, hc});
+    trace_dev(i, site + ".post", buf<float>(site + ".post", S * hc), {S, hc});
+    trace_dev(i, site + ".comb", buf<float>(site + ".comb", S * hc * hc), {S, hc, hc});
+  };
+  trace_dev(i, "in", h, {S, hc, D});
+  // Attention site: mixes + collapse with the carried pre-mix, attn_norm (+ act_quant).
+  mhc_pre_site(h, w.hc_attn, pre_mix, attn_pre, "attn_mix");
+  trace_mix("attn_mix", attn_pre);
+  norm_quant(buf<float>("x", S * D), S, D, w.attn_norm, buf<float>("xn", S * D),
+             buf<uint8_t>("xq", S * D), buf<uint8_t>("xs", S * D / kActBlock));
+  trace_dev(i, "attn.x", buf<float>("xn", S * D), {S, D});
+  attention(i, st, start, S, shared);
+  trace_dev(i, "attn.out", buf<float>("attn.out", S * D), {S, D});
+  mhc_post_site(buf<float>("attn.out", S * D), h, h1, "attn_mix");
+  trace_dev(i, "mid", h1, {S, hc, D});
+  // FFN site: its input collapses with the attention site's pre-mix (one-sublayer lag).
+  mhc_pre_site(h1, w.hc_ffn, attn_pre, pre_mix, "ffn_mix");
+  trace_mix("ffn_mix", pre_mix);
+  norm_quant(buf<float>("x", S * D), S, D, w.ffn_norm, buf<float>("xn", S * D),
+             buf<uint8_t>("xq", S * D), buf<uint8_t>("xs", S * D / kActBlock));
+  trace_dev(i, "ffn.x", buf<float>("xn", S * D), {S, D});
+  moe(i, S);
+  trace_dev(i, "ffn.out", buf<float>("ffn.out", S * D), {S, D});
+  mhc_post_site(buf<float>("ffn.out", S * D), h1, h, "ffn_mix");
+  trace_dev(i, "out", h, {S, hc, D});
+}
+
+void CudaModel::attention(int64_t i, CudaSeqState& st, int64_t start, int64_t S, Shared& shared) {
+  const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
+  const int64_t H = cfg_.num_heads, hd = cfg_.head_dim, win = cfg_.sliding_window;
+  const float* freqs = freqs_for(i);
+  const uint8_t* xq = buf<uint8_t>("xq", S * cfg_.hidden_size);
+  const uint8_t* xs = buf<uint8_t>("xs", S * cfg_.hidden_size / kActBlock);
+  // Queries: wq_a, q_norm (+ act_quant, shared with the indexer's wq_b), wq_b, RoPE.
+  float* qr = buf<float>("qr", S * cfg_.q_lora_rank);
+  gemm_q(xq, xs, S, w.wq_a, qr);
+  float* qrn = tracer_ != nullptr ? buf<float>("qrn", S * cfg_.q_lora_rank) : nullptr;
+  norm_quant(qr, S, cfg_.q_lora_rank, w.q_norm, qrn, buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
+             buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock));
+  if (qrn != nullptr) trace_dev(i, "attn.qr", qrn, {S, cfg_.q_lora_rank});
+  float* q = buf<float>("q", S * H * hd);
+  gemm_q(buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
+         buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock), S, w.wq_b, q);
+  rope(q, S, H, hd, freqs, false);
+  trace_dev(i, "attn.q", q, {S, H, hd});
+  // Window K = V: wkv, then kv_norm + RoPE + FP8 into the chunk's entries (the ring is written
+  // after the attention: a prefill chunk's rows would overwrite slots its own queries read).
+  float* kv = buf<float>("kv", S * hd);
+  gemm_q(xq, xs, S, w.wkv, kv);
+  PagedTable swa = table(st.swa, cfg_.num_layers * win, swa_bytes_);
+  SwaWriteParams sw;
+  sw.x = kv;
+  sw.norm_weight = w.kv_norm;
+  sw.freqs = freqs;
+  sw.seq = buf<int32_t>("seq", S);
+  sw.positions = buf<int64_t>("positions", S);
+  sw.seq_end = buf<int64_t>("seq_end", 1);
+  sw.table = swa;
+  sw.chunk_entries = buf<uint8_t>("chunk_kv", S * swa_bytes_);
+  sw.rows = S;
+  sw.ring_block = static_cast<int32_t>(i);
+  sw.window = static_cast<int32_t>(win);
+  sw.write_ring = false;
+  sw.eps = static_cast<float>(cfg_.rms_norm_eps);
+  sw.dim = static_cast<int32_t>(hd);
+  sw.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
+  swa_write(sw, stream_.get());
+  after("swa_write");
+
+  int64_t compress_len = 0;
+  if (p.compress_ratio > 0) {
+    if (p.mode == AttnMode::kFull) compress(i, st, start, S);
+    compress_len = (start + S) / p.compress_ratio;
+    if (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex) {
+      shared.topk_width = 0;
+      if (compress_len > 0) indexer(i, st, start, S, shared);
+    }
+  }
+
+  SparseAttnParams ap;
+  ap.q = q;
+  ap.out = buf<float>("o", S * H * hd);
+  ap.rows = S;
+  ap.seq = buf<int32_t>("seq", S);
+  ap.pos = buf<int64_t>("positions", S);
+  ap.chunk_start = buf<int64_t>("chunk_start", S);
+  ap.chunk_row0 = buf<int64_t>("chunk_row0", S);
+  ap.swa = swa;
+  ap.ring_block = static_cast<int32_t>(i);
+  ap.window = static_cast<int32_t>(win);
+  ap.chunk_kv = buf<uint8_t>("chunk_kv", S * swa_bytes_);
+  if (p.compress_ratio > 0 && compress_len > 0 && shared.topk_width > 0) {
+    auto& src = st.owners[static_cast<size_t>(p.kv_source)];
+    DI_CHECK(src.capacity >= compress_len, "layer {}: kv source {} holds fewer than {} entries", i,
+             p.kv_source, compress_len);
+    ap.comp = table(src.comp, src.capacity, comp_bytes_);
+    ap.topk = buf<int32_t>("topk", S * cfg_.index_topk);
+    ap.topk_width = shared.topk_width;
+    ap.comp_entries = compress_len;
+  }
+  ap.sink = w.attn_sink;
+  ap.scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
+  ap.rope_freqs = freqs;
+  ap.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
+  ap.heads = static_cast<int32_t>(H);
+  ap.head_dim = static_cast<int32_t>(hd);
+  ap.fp32_reference = exact_;
+  sparse_attention(ap, stream_.get());
+  after("sparse_attention");
+  trace_dev(i, "attn.o", static_cast<const float*>(ap.out), {S, H, hd});
+  sw.write_ring = true;
+  sw.chunk_entries = nullptr;
+  swa_write(sw, stream_.get());
+  after("swa_write");
+
+  // Grouped low-rank output (wo_a), then act_quant + wo_b.
+  const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank;
+  WoAParams op;
+  op.o = ap.out;
+  op.precision = kF32;
+  op.weight = w.wo_a.w;
+  op.weight_scale = w.wo_a.s;
+  op.block = w.wo_a.block;
+  op.rows = S;
+  op.groups = G;
+  op.rank = R;
+  op.group_width = H * hd / G;
+  op.z = buf<float>("z", S * G * R);
+  if (exact_) {
+    // Group g: rows [g R, (g + 1) R) of wo_a (scale blocks start there: R % block == 0) over its
+    // columns of o, no activation quantisation (the CPU's plain linear per group).
+    const int64_t gw = op.group_width, scols = (gw + op.block - 1) / op.block;
+    for (int64_t g = 0; g < G; ++g) {
+      LinearExactParams lp;
+      lp.x = static_cast<const float*>(op.o) + g * gw;
+      lp.x_stride = H * hd;
+      lp.format = ExactWeightFormat::kFp8Block;
+      lp.weight = op.weight + g * R * gw;
+      lp.weight_scale = op.weight_scale + (g * R / op.block) * scols;
+      lp.bn = lp.bk = op.block;
+      lp.m = S;
+      lp.n = R;
+      lp.k = gw;
+      lp.y = static_cast<float*>(op.z) + g * R;
+      lp.y_stride = G * R;
+      linear_exact(lp, stream_.get());
+      after("linear_exact (wo_a)");
+    }
+  } else {
+    wo_a(op, stream_.get());
+    after("wo_a");
+  }
+  gemm_x(static_cast<const float*>(op.z), S, w.wo_b, buf<float>("attn.out", S * cfg_.hidden_size));
+}
+
+void CudaModel::compress(int64_t i, CudaSeqState& st, int64_t start, int64_t S) {
+  const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
+  const int64_t hd = cfg_.head_dim, ratio = p.compress_ratio;
+  const float* xn = buf<float>("xn", S * cfg_.hidden_size);
+  float* kvc = buf<float>("comp.kv", S * hd);
+  gemv_bf16(xn, S, w.comp_wkv, kvc);  // not quantised in the reference (bf16 weights)
+  std::vector<int64_t> positions(static_cast<size_t>(S));
+  for (int64_t r = 0; r < S; ++r)
+    positions[static_cast<size_t>(r)] = start + r;
+  const std::vector<int32_t> seq(static_cast<size_t>(S), 0);
+  const std::vector<int32_t> state_rows{0};
+  const CompressorPlan plan = plan_compressor(static_cast<int>(ratio), seq, positions, state_rows);
+  ensure_capacity(st, i, (start + S) / ratio);
+  auto& o = st.owners[static_cast<size_t>(i)];
+  const PagedTable comp = table(o.comp, o.capacity, comp_bytes_);
+  float* latent = buf<float>("comp.latent", S * hd);
+  if (ratio == 1) {
+    CompressRatio1Params c;
+    c.x = kvc;
+    c.norm_weight = w.comp_norm;
+    c.freqs = freqs_for(i);
+    c.seq = buf<int32_t>("seq", S);
+    c.positions = buf<int64_t>("positions", S);
+    c.latent = latent;
+    c.table = comp;
+    c.rows = S;
+    c.eps = static_cast<float>(cfg_.rms_norm_eps);
+    c.dim = static_cast<int32_t>(hd);
+    c.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
+    compress_ratio1(c, stream_.get());
+    after("compress_ratio1");
+  } else {
+    DI_CHECK(ratio == 2, "layer {}: compress ratio {} (the V4.1 CUDA forward has 1 and 2)", i,
+             ratio);
+    float* score = buf<float>("comp.score", S * hd);
+    gemv_bf16(xn, S, w.comp_wgate, score);
+    if (plan.work.empty()) return;
+    CompressRatio2Params c;
+    c.kv = kvc;
+    c.score = score;
+    c.norm_weight = w.comp_norm;
+    c.freqs = freqs_for(i);
+    c.work = upload<Ratio2Work>("comp.work", plan.work);
+    c.state = o.ratio2_state.as<float>();
+    c.latent = latent;
+    c.table = comp;
+    c.works = static_cast<int64_t>(plan.work.size());
+    c.eps = static_cast<float>(cfg_.rms_norm_eps);
+    c.dim = static_cast<int32_t>(hd);
+    c.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
+    compress_ratio2(c, stream_.get());
+    after("compress_ratio2");
+  }
+  if (plan.groups() == 0) return;
+  // Index keys of the new groups (pre-RoPE latents), published before this layer's indexer.
+  IndexKeyParams k;
+  k.latent = latent;
+  k.wk = w.idx_wk.w;
+  k.norm_weight = w.idx_k_norm;
+  k.freqs = freqs_for(i);
+  k.seq = upload<int32_t>("comp.group_seq", plan.group_seq);
+  k.group = upload<int64_t>("comp.group_index", plan.group_index);
+  k.table = table(o.keys, o.capacity, key_bytes_);
+  k.groups = plan.groups();
+  k.ratio = static_cast<int32_t>(ratio);
+  k.eps = static_cast<float>(cfg_.rms_norm_eps);
+  k.latent_dim = static_cast<int32_t>(hd);
+  k.dim = static_cast<int32_t>(cfg_.index_head_dim);
+  k.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
+  index_key_write(k, stream_.get());
+  after("index_key_write");
+  st.last_index_publisher = i;
+}
+
+void CudaModel::indexer(int64_t i, CudaSeqState& st, int64_t start, int64_t S, Shared& shared) {
+  const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
+  const int64_t ratio = p.compress_ratio;
+  const int64_t IH = cfg_.index_n_heads, IHD = cfg_.index_head_dim;
+  const int64_t visible_total = (start + S) / ratio;
+  // Queries: FP8 GEMM from the quantised qr, RoPE on the tail, FP4 (UE8M0 per 32) packing.
+  float* qi = buf<float>("index.q", S * IH * IHD);
+  gemm_q(buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
+         buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock), S, w.idx_wq_b, qi);
+  rope(qi, S, IH, IHD, freqs_for(i), false);
+  IndexQueryPackParams qp;
+  qp.q = qi;
+  qp.out = buf<uint8_t>("index.qp", S * IH * key_bytes_);
+  qp.rows = S;
+  qp.heads = static_cast<int32_t>(IH);
+  qp.dim = static_cast<int32_t>(IHD);
+  qp.precision = kF32;
+  index_query_pack(qp, stream_.get());
+  after("index_query_pack");
+  float* weights = buf<float>("index.w", S * IH);
+  gemv_bf16(buf<float>("xn", S * cfg_.hidden_size), S, w.idx_weights_proj, weights);
+  ScaleParams sp;
+  sp.x = weights;
+  sp.n = S * IH;
+  sp.s = static_cast<float>(std::pow(static_cast<double>(IHD), -0.5) *
+                            std::pow(static_cast<double>(IH), -0.5));
+  scale_values(sp, stream_.get());
+  after("scale_values");
+  trace_dev(i, "index.weights", weights, {S, IH});
+
+  // Whose keys: the owner's own (intended) or the last published slot (shipped quirk).
+  int64_t key_owner = p.kv_source;
+  if (opts_.quirk == IndexKeyQuirk::kShipped && st.last_index_publisher >= 0) {
+    key_owner = st.last_index_publisher;
+  }
+  auto& ko = st.owners[static_cast<size_t>(key_owner)];
+  DI_CHECK(ko.capacity >= visible_total, "layer {}: index keys of {} hold fewer than {} entries", i,
+           key_owner, visible_total);
+  std::vector<int32_t> visible(static_cast<size_t>(S));
+  for (int64_t r = 0; r < S; ++r)
+    visible[static_cast<size_t>(r)] = static_cast<int32_t>((start + r + 1) / ratio);
+  const int32_t* row_visible = upload<int32_t>("index.visible", visible);
+  const int64_t stride = static_cast<int64_t>(round_up(static_cast<size_t>(visible_total), 4));
+  float* scores = buf<float>("index.scores", S * stride);
+  IndexerScoreParams sc;
+  sc.q = qp.out;
+  sc.weights = weights;
+  sc.keys = table(ko.keys, ko.capacity, key_bytes_);
+  sc.row_seq = buf<int32_t>("seq", S);
+  sc.row_visible = row_visible;
+  sc.rows = S;
+  sc.rows_share_keys = S > 1;
+  sc.n_cols = visible_total;
+  sc.score_stride = stride;
+  sc.scores = scores;
+  sc.heads = static_cast<int32_t>(IH);
+  sc.dim = static_cast<int32_t>(IHD);
+  indexer_score(sc, stream_.get());
+  after("indexer_score");
+  if (p.candidate_builder) {
+    // Level one: the best candidate_topk_blocks blocks (newest visible block pinned).
+    IndexerCandidateParams cp;
+    cp.scores = scores;
+    cp.row_visible = row_visible;
+    cp.rows = S;
+    cp.n = visible_total;
+    cp.score_stride = stride;
+    cp.block_size = static_cast<int>(cfg_.candidate_block_size);
+    cp.topk_blocks = static_cast<int>(cfg_.candidate_topk_blocks);
+    cp.workspace = buf("index.cand.ws", indexer_candidates_workspace_bytes(
+                                            S, visible_total, cp.block_size, cp.topk_blocks));
+    cp.mask = buf<uint8_t>("index.cand.mask", S * visible_total);
+    cp.mask_stride = visible_total;
+    indexer_candidates(cp, stream_.get());
+    after("indexer_candidates");
+    shared.mask_len = visible_total;
+  } else if (p.candidate_reader) {
+    DI_CHECK(shared.mask_len >= 0, "layer {}: Reindex layer before the candidate source", i);
+    IndexerMaskParams mp;
+    mp.scores = scores;
+    mp.rows = S;
+    mp.n = visible_total;
+    mp.score_stride = stride;
+    mp.mask = buf<uint8_t>("index.cand.mask", S * shared.mask_len);
+    mp.mask_stride = shared.mask_len;
+    mp.mask_len = shared.mask_len;
+    indexer_apply_mask(mp, stream_.get());
+    after("indexer_apply_mask");
+  }
+  // Top-k among the reachable positions, sorted by position; unused slots stay -1.
+  const int64_t K = cfg_.index_topk;
+  int32_t* topk = buf<int32_t>("topk", S * K);
+  DI_CUDA_CHECK(
+      cudaMemsetAsync(topk, 0xFF, static_cast<size_t>(S * K) * sizeof(int32_t), stream_.get()));
+  IndexerTopkParams tp;
+  tp.scores = scores;
+  tp.row_visible = row_visible;
+  tp.rows = S;
+  tp.n = visible_total;
+  tp.score_stride = stride;
+  tp.k = static_cast<int>(K);
+  tp.out = topk;
+  tp.out_stride = K;
+  indexer_topk(tp, stream_.get());
+  after("indexer_topk");
+  shared.topk_width = static_cast<int32_t>(K);
+}
+
+void CudaModel::moe(int64_t i, int64_t S) {
+  const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
+  const int64_t D = cfg_.hidden_size, inter = cfg_.moe_intermediate_size;
+  const auto E = static_cast<int32_t>(p.n_routed_experts);
+  const auto K = static_cast<int32_t>(p.num_experts_per_tok);
+  const int64_t pairs = S * K;
+  const uint8_t* xq = buf<uint8_t>("xq", S * D);
+  const uint8_t* xs = buf<uint8_t>("xs", S * D / kActBlock);
+  // Router: gate logits (bf16 weights, fp32), top-k with the (VL) bias, routing weights.
+  float* logits = buf<float>("moe.logits", S * E);
+  gemv_bf16(buf<float>("xn", S * D), S, w.gate, logits);
+  MoeRouteParams rp;
+  rp.logits = logits;
+  rp.bias = w.gate_bias;
+  rp.bias_vl = w.gate_bias_vl;
+  rp.image_mask = image_rows_ ? buf<uint8_t>("image_mask", S) : nullptr;
+  rp.ids = buf<int32_t>("moe.ids", pairs);
+  rp.weights = buf<float>("moe.weights", pairs);
+  rp.rows = S;
+  rp.experts = E;
+  rp.topk = K;
+  rp.gate_temp = static_cast<float>(cfg_.gate_temp);
+  rp.norm_topk_prob = cfg_.norm_topk_prob;
+  rp.route_scale = static_cast<float>(cfg_.routed_scaling_factor);
+  moe_route(rp, stream_.get());
+  after("moe_route");
+  MoePermuteParams pp;
+  pp.ids = rp.ids;
+  pp.rows = S;
+  pp.topk = K;
+  pp.experts = E;
+  pp.offsets = buf<int32_t>("moe.offsets", E + 1);
+  pp.pair_index = buf<int32_t>("moe.pair_index", pairs);
+  pp.pair_pos = buf<int32_t>("moe.pair_pos", pairs);
+  pp.workspace_bytes = moe_permute_workspace_bytes(S, K, E);
+  pp.workspace = buf("moe.permute.ws", pp.workspace_bytes);
+  moe_permute(pp, stream_.get());
+  after("moe_permute");
+  MoeExpertTilesParams tp;
+  tp.offsets = pp.offsets;
+  tp.experts = E;
+  tp.pairs = pairs;
+  tp.tile_tokens = moe_expert_tile_tokens(E, pairs);
+  const int64_t tiles = moe_expert_tile_bound(E, pairs, tp.tile_tokens);
+  tp.tiles = buf<MoeExpertTile>("moe.tiles", tiles);
+  moe_expert_tiles(tp, stream_.get());
+  after("moe_expert_tiles");
+  // Routed experts: w1 | w3 over the gathered token rows, SwiGLU * routing weight -> act_quant,
+  // w2 over the pairs. The tensor-core GEMM reads its activations in the interleaved K order.
+  auto expert_gemm = [&](const uint8_t* aq, const uint8_t* as, const int32_t* pair_index,
+                         const Fp4ExpertMatrix* weights, int mats, int64_t n, int64_t k,
+                         float* out) {
+    if (exact_) {
+      GroupedLinearExactParams g;
+      g.xq = aq;
+      g.xs = as;
+      g.pair_index = pair_index;
+      g.topk = pair_index != nullptr ? K : 1;
+      g.tiles = tp.tiles;
+      g.tile_count = tiles;
+      g.tile_tokens = tp.tile_tokens;
+      g.weights = weights;
+      g.experts = E;
+      g.mats = mats;
+      g.n = n;
+      g.k = k;
+      g.out = out;
+      grouped_linear_exact(g, stream_.get());
+      after("grouped_linear_exact");
+      return;
+    }
+    MoeExpertGemmParams g;
+    g.xq = aq;
+    g.xq_scale = as;
+    g.pair_index = pair_index;
+    g.topk = pair_index != nullptr ? K : 1;
+    g.tiles = tp.tiles;
+    g.tile_tokens = tp.tile_tokens;
+    g.tile_count = tiles;
+    g.weights = weights;
+    g.experts = E;
+    g.mats = mats;
+    g.pairs = pairs;
+    g.n = n;
+    g.k = k;
+    g.out = out;
+    g.precision = kF32;
+    moe_expert_gemm(g, stream_.get());
+    after("moe_expert_gemm");
+  };
+  const uint8_t* xa = xq;
+  if (!exact_) {
+    MoeInterleaveParams ip;
+    ip.src = xq;
+    ip.dst = buf<uint8_t>("moe.xqi", S * D);
+    ip.rows = S;
+    ip.k = D;
+    moe_interleave_act(ip, stream_.get());
+    after("moe_interleave_act");
+    xa = ip.dst;
+  }
+  float* gu = buf<float>("moe.gu", pairs * 2 * inter);
+  expert_gemm(xa, xs, pp.pair_index, w.experts_w13, 2, inter, D, gu);
+  MoeSwigluQuantParams sq;
+  sq.gu = gu;
+  sq.weights = rp.weights;
+  sq.pair_index = pp.pair_index;
+  sq.pairs = pairs;
+  sq.inter = inter;
+  sq.limit = static_cast<float>(cfg_.swiglu_limit);
+  sq.precision = kF32;
+  sq.codes = buf<uint8_t>("moe.hq", pairs * inter);
+  sq.scales = buf<uint8_t>("moe.hs", pairs * inter / kActBlock);
+  sq.interleave = !exact_;
+  moe_swiglu_quant(sq, stream_.get());
+  after("moe_swiglu_quant");
+  float* eo = buf<float>("moe.eo", pairs * D);
+  expert_gemm(sq.codes, sq.scales, nullptr, w.experts_w2, 1, D, inter, eo);
+  // Shared expert: w1 | w3 in one FP8 GEMM, SwiGLU (weight 1) -> act_quant, w2.
+  const int64_t Is = w.shared_w2.k;
+  float* sgu = buf<float>("moe.shared.gu", S * 2 * Is);
+  gemm_q(xq, xs, S, w.shared_w13, sgu);
+  MoeSwigluQuantParams ss;
+  ss.gu = sgu;
+  ss.pairs = S;
+  ss.inter = Is;
+  ss.limit = static_cast<float>(cfg_.swiglu_limit);
+  ss.precision = kF32;
+  ss.codes = buf<uint8_t>("moe.shared.hq", S * Is);
+  ss.scales = buf<uint8_t>("moe.shared.hs", S * Is / kActBlock);
+  moe_swiglu_quant(ss, stream_.get());
+  after("moe_swiglu_quant");
+  float* so = buf<float>("moe.shared.out", S * D);
+  gemm_q(ss.codes, ss.scales, S, w.shared_w2, so);
+  // y = routed outputs summed per token in ascending expert id, then + the shared expert.
+  MoeCombineParams cp;
+  cp.expert_out = eo;
+  cp.shared = so;
+  cp.ids = rp.ids;
+  cp.pair_pos = pp.pair_pos;
+  cp.y = buf<float>("ffn.out", S * D);
+  cp.rows = S;
+  cp.topk = K;
+  cp.dim = D;
+  cp.precision = kF32;
+  moe_combine(cp, stream_.get());
+  after("moe_combine");
+}
+
+void CudaModel::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t S) {
+  const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const BlockWeights<float>& hw = host_.blocks[static_cast<size_t>(i)];
+  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
+  const int64_t cols = cfg_.engram_hash_columns(), hd = cfg_.engram_head_dim;
+  const int64_t layers = static_cast<int64_t>(cfg_.engram_layer_ids.size());
+  const int64_t slot = hw.plan.engram_slot;
+  // Host: the hashed table rows of every token, gathered into one staging block.
+  std::vector<int64_t> row_ids(static_cast<size_t>(S * cols));
+  for (int64_t r = 0; r < S; ++r) {
+    std::copy_n(hashes.begin() + (r * layers + slot) * cols, cols, row_ids.begin() + r * cols);
+  }
+  std::vector<uint8_t> staging(engram_staging_bytes(*hw.engram_table, S * cols));
+  gather_engram_rows(*hw.engram_table, row_ids, staging);
+  EngramDecodeParams dp;
+  dp.staging = upload<uint8_t>("engram.staging", staging);
+  dp.out = buf<float>("engram.e", S * cols * hd);
+  dp.rows = S * cols;
+  dp.cols = hd;
+  dp.precision = kF32;
+  engram_decode_rows(dp, stream_.get());
+  after("engram_decode_rows");
+  float* kv = buf<float>("engram.kv", S * (hc + 1) * D);
+  gemm_x(static_cast<const float*>(dp.out), S, w.engram_wkv, kv);
+  EngramGateMixParams gp;
+  gp.h = buf<float>("h", S * hc * D);
+  gp.kv = kv;
+  gp.wqk = w.engram_qk;
+  gp.image_mask = image_rows_ ? buf<uint8_t>("image_mask", S) : nullptr;
+  gp.rows = S;
+  gp.hc = hc;
+  gp.dim = D;
+  gp.eps = static_cast<float>(cfg_.rms_norm_eps);
+  gp.precision = kF32;
+  engram_gate_mix(gp, stream_.get());
+  after("engram_gate_mix");
+}
+
+ForwardResult CudaModel::forward(std::span<const SequenceChunk> chunks) {
+  DI_CUDA_CHECK(cudaSetDevice(cuda_.device));
+  ForwardResult res;
+  res.logits.resize(chunks.size());
+  res.main_hidden.resize(chunks.size());
+  res.all_logits.resize(chunks.size());
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    auto* st = dynamic_cast<CudaSeqState*>(chunks[c].state);
+    DI_CHECK(st != nullptr, "forward: sequence state of another model or backend");
+    forward_chunk(*st, chunks[c].token_ids, chunks[c].image_mask, res.logits[c], res.main_hidden[c],
+                  chunks[c].all_logits ? &res.all_logits[c] : nullptr);
+  }
+  return res;
+}
+
+}  // namespace
+}  // namespace di::v41
+
+namespace di {
+
+std::unique_ptr<ForwardModel> load_cuda_forward_model(const std::filesystem::path& model_dir,
+                                                      const ForwardOptions& options,
+                                                      const CudaForwardOptions& cuda,
+                                                      std::optional<CompressedTokenMap> token_map) {
+  DI_CHECK(cuda.device >= 0 && cuda.device < cuda_device_count(),
+           "CUDA backend: device {} requested, {} CUDA device(s) present", cuda.device,
+           cuda_device_count());
+  ModelConfig cfg = load_model_config(model_dir);
+  auto ckpt = open_v41_checkpoint(model_dir, cfg, "CUDA");
+  token_map = resolve_engram_token_map(cfg, model_dir, std::move(token_map));
+  return std::make_unique<v41::CudaModel>(std::move(ckpt), std::move(cfg), options, cuda,
+                                          std::move(token_map));
+}
+
+}  // namespace di

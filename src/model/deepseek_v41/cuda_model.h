@@ -1,0 +1,39 @@
+#pragma once
+
+// The DeepSeek-V4.1 forward on the CUDA backend (issue 8): the CPU reference's arithmetic
+// (model/deepseek_v41/model.cc, attention.cc) as a sequence of the GPU kernels of
+// src/kernels/cuda over device-resident weights (the checkpoint's own formats: FP8 blocks, FP4
+// rows, bf16) and a device-resident cache per sequence in the quantised entry formats of
+// kernels/params/kv_cache.h. Design and kernel inventory: docs/design/cuda_forward.md.
+//
+// Today: activations in fp32 storage (--precision fp32), one sequence chunk at a time (the
+// chunks of a forward call run one after the other, as on the CPU), plain stream-ordered
+// launches (no graph capture yet), the backbone only (DSpark drafting and tracing are CPU-only
+// for now and throw / are ignored here).
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "engram/token_map.h"
+#include "model/forward_api.h"
+
+namespace di {
+
+struct CudaForwardOptions {
+  int device = 0;  // CUDA device ordinal
+  // Linear layers: false (default for fp32) = exact-order CUDA-core kernels whose outputs are
+  // bitwise the CPU reference's (kernels/params/linear_exact.h), so the fp32 run follows the
+  // reference's quantisation decisions; true = the FP8/FP4 tensor-core kernels (fp8_gemm,
+  // moe_expert_gemm, wo_a), the speed path, whose FP8 accumulation is ~2^-13 relative.
+  bool tensor_core_linears = false;
+};
+
+// Loads a DeepSeek-V4.1 checkpoint directory onto the GPU (all weights into device memory).
+// Throws di::Error naming the tensor, the size and the free memory when something does not fit.
+std::unique_ptr<ForwardModel> load_cuda_forward_model(
+    const std::filesystem::path& model_dir, const ForwardOptions& options,
+    const CudaForwardOptions& cuda = {},
+    std::optional<CompressedTokenMap> token_map = std::nullopt);
+
+}  // namespace di
