@@ -10,6 +10,9 @@
 #include "chat/output_parser.h"
 #include "common/check.h"
 #include "common/logging.h"
+#if DI_HAVE_CUDA
+#include "model/deepseek_v41/cuda_model.h"
+#endif
 #include "engine/bundled_tokenizer.h"
 #include "engine/engine_core.h"
 #include "engine/llm_impl.h"
@@ -68,9 +71,19 @@ di::CompressedTokenMap engram_token_map(const std::filesystem::path& model_dir,
 
 LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& config)
     : config_(config), model_config_(di::load_model_config(model_dir)) {
+#if DI_HAVE_CUDA
+  DI_CHECK(config.backend == "cpu" || config.backend == "cuda",
+           "--backend {}: expected cpu or cuda", config.backend);
+#else
   DI_CHECK(config.backend == "cpu",
-           "--backend {}: only the CPU reference backend can run generation in this build",
+           "--backend {}: only the CPU reference backend can run generation in this build (the "
+           "CUDA backend needs a build with -DDI_ENABLE_CUDA=ON)",
            config.backend);
+#endif
+  if (config.backend == "cuda") {
+    DI_CHECK(config.precision == "fp32", "--precision {}: the CUDA backend runs fp32 for now",
+             config.precision);
+  }
   DI_CHECK(config.precision == "fp32" || config.precision == "fp64",
            "--precision {}: the CPU backend supports fp32 and fp64", config.precision);
   tokenizer_ = std::make_unique<di::ResolvedTokenizer>(
@@ -90,7 +103,13 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& conf
   fo.precision = config.precision == "fp64" ? di::Precision::kFp64 : di::Precision::kFp32;
   fo.quirk =
       config.index_key_quirk_shipped ? di::IndexKeyQuirk::kShipped : di::IndexKeyQuirk::kIntended;
+#if DI_HAVE_CUDA
+  model_ = config.backend == "cuda"
+               ? di::load_cuda_forward_model(model_dir, fo, {}, std::move(token_map))
+               : di::load_cpu_forward_model(model_dir, fo, std::move(token_map));
+#else
   model_ = di::load_cpu_forward_model(model_dir, fo, std::move(token_map));
+#endif
   state_bytes_ = di::compute_state_bytes(model_config_, di::build_layer_plan(model_config_));
 
   di::EngineCoreConfig core;

@@ -10,7 +10,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--model", f.model, "model directory (config.json + safetensors)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  app.add_option("--backend", f.config.backend, "cpu")->capture_default_str();
+  app.add_option("--backend", f.config.backend, "cpu | cuda (CUDA builds; fp32)")
+      ->capture_default_str();
   app.add_option("--precision", f.config.precision, "fp32 | fp64 (CPU validation)")
       ->check(CLI::IsMember({"fp32", "fp64"}))
       ->capture_default_str();
