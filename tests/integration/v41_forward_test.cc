@@ -11,6 +11,7 @@
 #include "model/deepseek_v41/cpu_model.h"
 #include "model/trace.h"
 #include "tests_support/fixture_paths.h"
+#include "tests_support/logits_compare.h"
 
 namespace di {
 namespace {
@@ -24,23 +25,8 @@ std::vector<int64_t> ids_of(const SafetensorsFile& f, const std::string& key) {
   return {v.begin(), v.end()};
 }
 
-// max |a - b| / std(b)
-double rel_err(const std::vector<double>& a, std::span<const double> b) {
-  double mean = 0;
-  for (double v : b)
-    mean += v;
-  mean /= static_cast<double>(b.size());
-  double var = 0, mx = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    var += (b[i] - mean) * (b[i] - mean);
-    mx = std::max(mx, std::fabs(a[i] - b[i]));
-  }
-  return mx / std::sqrt(var / static_cast<double>(b.size()));
-}
-
-size_t argmax(std::span<const double> v) {
-  return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
+using testing_support::argmax;
+using testing_support::rel_err;
 
 class V41Fixture : public ::testing::Test {
  protected:

@@ -491,38 +491,18 @@ void CudaModel::gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const De
 }
 
 void CudaModel::gemm_x(const float* x, int64_t m, const DevFp8& w, float* out) {
-  if (exact_) {
-    // act_quant (bit-exact vs the CPU's), then the exact-order product of the quantised rows.
-    ActQuantParams q;
-    q.x = x;
-    q.codes = buf<uint8_t>("gemm.xq", m * w.k);
-    q.scales = buf<uint8_t>("gemm.xs", m * w.k / kActBlock);
-    q.rows = m;
-    q.dim = w.k;
-    q.block = kActBlock;
-    q.precision = kF32;
-    act_quant(q, stream_.get());
-    after("act_quant");
-    gemm_q(q.codes, q.scales, m, w, out);
-    return;
-  }
-  const Fp8GemmPlan plan =
-      plan_fp8_gemm(m, w.n, w.k, w.block, info_.sm_count, info_.sm_major, info_.sm_minor);
-  Fp8GemmParams p;
-  p.x = x;
-  p.x_dtype = Fp8ActDtype::kF32;
-  p.weight = w.w;
-  p.weight_scale = w.s;
-  p.m = m;
-  p.n = w.n;
-  p.k = w.k;
-  p.block = w.block;
-  p.out = out;
-  p.out_dtype = Fp8OutDtype::kF32;
-  p.workspace_bytes = fp8_gemm_workspace_bytes(m, w.k, w.block);
-  p.workspace = buf("gemm.act_quant", p.workspace_bytes);
-  fp8_gemm(p, plan, stream_.get());
-  after("fp8_gemm");
+  // act_quant (bit-exact vs the CPU's), then the GEMM of the quantised rows.
+  ActQuantParams q;
+  q.x = x;
+  q.codes = buf<uint8_t>("gemm.xq", m * w.k);
+  q.scales = buf<uint8_t>("gemm.xs", m * w.k / kActBlock);
+  q.rows = m;
+  q.dim = w.k;
+  q.block = kActBlock;
+  q.precision = kF32;
+  act_quant(q, stream_.get());
+  after("act_quant");
+  gemm_q(q.codes, q.scales, m, w, out);
 }
 
 void CudaModel::gemv_bf16(const float* x, int64_t m, const DevBf16& w, float* out) {

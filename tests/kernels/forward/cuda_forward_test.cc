@@ -31,6 +31,7 @@
 #include "model/synth.h"
 #include "model/trace.h"
 #include "tests_support/fixture_paths.h"
+#include "tests_support/logits_compare.h"
 #include "tests_support/temp_dir.h"
 
 namespace di::cuda_forward_test {
@@ -38,23 +39,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// max |a - b| / std(b)  (the fixture README's row error)
-double rel_err(std::span<const double> a, std::span<const double> b) {
-  double mean = 0;
-  for (double v : b)
-    mean += v;
-  mean /= static_cast<double>(b.size());
-  double var = 0, mx = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    var += (b[i] - mean) * (b[i] - mean);
-    mx = std::max(mx, std::fabs(a[i] - b[i]));
-  }
-  return mx / std::sqrt(var / static_cast<double>(b.size()));
-}
-
-int64_t argmax(std::span<const double> v) {
-  return std::max_element(v.begin(), v.end()) - v.begin();
-}
+using testing_support::argmax;
+using testing_support::rel_err;
 
 bool have_gpu() {
   return cuda_device_count() > 0;
