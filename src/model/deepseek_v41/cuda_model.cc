@@ -144,6 +144,10 @@ class CudaModel final : public ForwardModel {
     return drafter_->dspark_step(draft_state(state), input_id, main_hidden_row);
   }
   int64_t vocab_size() const override { return cfg_.vocab_size; }
+  const std::vector<double>& block_ms() const {
+    DI_CHECK(cuda_.time_blocks, "cuda_forward_block_ms: the model was loaded without time_blocks");
+    return block_ms_;
+  }
   void set_tracer(ForwardTracer* tracer) override { tracer_ = tracer; }
 
  private:
@@ -225,6 +229,11 @@ class CudaModel final : public ForwardModel {
   bool exact_ = true;  // exact-order linears (see CudaForwardOptions::tensor_core_linears)
   ForwardTracer* tracer_ = nullptr;  // not owned; nullptr: no tracing
   int64_t cur_block_ = -1;           // the block being launched (error messages)
+  std::vector<Event> block_events_;  // time_blocks: [blocks + 2] timing events
+  std::vector<double> block_ms_;     // time_blocks: the last chunk's per-block milliseconds
+  void mark_block(size_t k) {
+    if (cuda_.time_blocks) block_events_[k].record(stream_.get());
+  }
 
   // After each launch: in sync-check mode, wait and name the failing op.
   void after(const char* op, int64_t block = -1);
@@ -244,6 +253,10 @@ CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Fo
       token_map_(std::move(token_map)) {
   if (const char* v = std::getenv("DI_CUDA_SYNC_CHECK")) sync_check_ = std::string(v) == "1";
   exact_ = !cuda_.tensor_core_linears;
+  if (cuda_.time_blocks) {
+    for (int64_t b = 0; b < cfg_.num_layers + 2; ++b)
+      block_events_.emplace_back(true);
+  }
   DI_CHECK(opts_.precision == Precision::kFp32,
            "the CUDA backend runs with --precision fp32 for now (bf16 storage is not wired yet)");
   DI_CHECK(cfg_.hc_mult == kMhcStreams,
@@ -645,6 +658,7 @@ void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
     cur_block_ = i;
+    mark_block(static_cast<size_t>(i));
     if (p.engram_slot >= 0) engram(i, hashes, S);
     if (std::find(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(), i) !=
         cfg_.dspark_target_layer_ids.end()) {
@@ -665,6 +679,7 @@ void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
     block_forward(i, st, start, S, shared);
   }
   cur_block_ = -1;
+  mark_block(static_cast<size_t>(cfg_.num_layers));
   st.tokens += S;
 
   // Final collapse with the last FFN pre-mix, norm, head: the last row (every row on request).
@@ -693,8 +708,14 @@ void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
   std::vector<float> l(static_cast<size_t>(n * V));
   DI_CUDA_CHECK(cudaMemcpyAsync(l.data(), dl, l.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                 stream_.get()));
+  mark_block(static_cast<size_t>(cfg_.num_layers) + 1);
   stream_.synchronize();
   staged_.clear();
+  if (cuda_.time_blocks) {
+    block_ms_.clear();
+    for (size_t k = 0; k + 1 < block_events_.size(); ++k)
+      block_ms_.push_back(Event::elapsed_ms(block_events_[k], block_events_[k + 1]));
+  }
   if (tracer_ != nullptr) {
     const std::vector<double> last(l.end() - V, l.end());
     tracer_->record("final.logits", last, {1, V});
@@ -1305,6 +1326,12 @@ std::unique_ptr<ForwardModel> load_cuda_forward_model(const std::filesystem::pat
   token_map = resolve_engram_token_map(cfg, model_dir, std::move(token_map));
   return std::make_unique<v41::CudaModel>(std::move(ckpt), std::move(cfg), options, cuda,
                                           std::move(token_map));
+}
+
+std::vector<double> cuda_forward_block_ms(const ForwardModel& model) {
+  const auto* m = dynamic_cast<const v41::CudaModel*>(&model);
+  DI_CHECK(m != nullptr, "cuda_forward_block_ms: not a CUDA forward model");
+  return m->block_ms();
 }
 
 }  // namespace di

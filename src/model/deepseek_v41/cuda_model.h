@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "engram/token_map.h"
 #include "model/forward_api.h"
@@ -27,6 +28,9 @@ struct CudaForwardOptions {
   // reference's quantisation decisions; true = the FP8/FP4 tensor-core kernels (fp8_gemm,
   // moe_expert_gemm, wo_a), the speed path, whose FP8 accumulation is ~2^-13 relative.
   bool tensor_core_linears = false;
+  // Record CUDA events at block boundaries of every forward (benchmarks): see
+  // cuda_forward_block_ms.
+  bool time_blocks = false;
 };
 
 // Loads a DeepSeek-V4.1 checkpoint directory onto the GPU (all weights into device memory).
@@ -35,5 +39,10 @@ std::unique_ptr<ForwardModel> load_cuda_forward_model(
     const std::filesystem::path& model_dir, const ForwardOptions& options,
     const CudaForwardOptions& cuda = {},
     std::optional<CompressedTokenMap> token_map = std::nullopt);
+
+// GPU milliseconds of each backbone block (Engram included) in the last forward chunk, then one
+// more entry for the final collapse + norm + head. The model must come from
+// load_cuda_forward_model with time_blocks set (di::Error otherwise).
+std::vector<double> cuda_forward_block_ms(const ForwardModel& model);
 
 }  // namespace di
