@@ -292,6 +292,27 @@ TEST(ReplayFixtureCli, EveryFixtureEveryPrecisionAndQuirk) {
   EXPECT_GE(n, 1);
 }
 
+// The CUDA backend through the CLI: with a GPU every case passes the fp32 rule; without one (CI)
+// or in a build without the CUDA backend the run stops with an error naming the reason.
+TEST(ReplayFixtureCli, CudaBackendPassesOrNamesWhyItCannotRun) {
+  TempDir tmp;
+  const fs::path fixture = fs::path(DI_SHARED_DIR) / "fixtures" / "v41-tiny-a";
+  if (!fs::exists(fixture / "cases.json")) GTEST_SKIP() << "no fixture at " << fixture;
+  RunResult r =
+      run_cli("replay-fixture " + fixture.string() + " --backend cuda --precision fp32", tmp);
+  if (r.code == 0) {
+    EXPECT_NE(r.out.find("backend cuda"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("FAIL "), std::string::npos) << r.out;
+  } else {
+#if DI_WITH_CUDA
+    EXPECT_NE(r.err.find("CUDA device"), std::string::npos) << r.out << r.err;
+#else
+    EXPECT_NE(r.err.find("DI_ENABLE_CUDA"), std::string::npos) << r.out << r.err;
+#endif
+    EXPECT_LT(r.code, 1000) << "crashed\n" << r.err;
+  }
+}
+
 TEST(ReplayFixtureCli, BadFixtureDirectoryIsAClearError) {
   TempDir tmp;
   RunResult r = run_cli("replay-fixture " + (tmp / "nope").string(), tmp);
