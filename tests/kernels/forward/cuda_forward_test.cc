@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/cuda/device.h"
+#include "deepinfer/llm.h"
 #include "engram/token_map.h"
 #include "loader/safetensors.h"
 #include "model/deepseek_v41/cpu_model.h"
@@ -209,6 +210,43 @@ TEST(CudaForward, TinyFixturePrefillsAreTight) {
     EXPECT_EQ(argmax(r.logits[0]), argmax(expected)) << name;
     std::printf("%s: rel %.3g\n", name, rel);
   }
+}
+
+// The engine on the CUDA backend (continuous batching, chunked prefill, the GPU forward one chunk
+// at a time): greedy ids of the fixture's prompts equal the CPU fp32 backend's.
+TEST(CudaForward, EngineGreedyIdsEqualTheCpuBackend) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = fixture_dir();
+  if (!fs::exists(dir / "cases.safetensors")) GTEST_SKIP() << "fixture absent: " << dir;
+  SafetensorsFile cases((dir / "cases.safetensors").string());
+  const ConstTensorView v = cases.view("greedy.prompt_ids");
+  const auto data = v.as<int64_t>();
+  std::vector<deepinfer::Prompt> prompts;
+  for (int64_t r = 0; r < v.shape[0]; ++r) {
+    prompts.emplace_back(
+        std::vector<int64_t>(data.begin() + r * v.shape[1], data.begin() + (r + 1) * v.shape[1]));
+  }
+  testing::TempDir cache("di-cuda-engine");
+  deepinfer::SamplingParams sp;
+  sp.temperature = 0;
+  sp.ignore_eos = true;
+  sp.max_tokens = 24;
+  std::vector<std::vector<int64_t>> ids[2];
+  for (int b = 0; b < 2; ++b) {
+    deepinfer::EngineConfig cfg;
+    cfg.backend = b == 0 ? "cpu" : "cuda";
+    cfg.precision = "fp32";
+    cfg.cache_dir = cache.path();
+    cfg.max_num_batched_tokens = 64;  // chunked prefill of the longer prompts
+    deepinfer::LLM llm(dir, cfg);
+    for (const deepinfer::RequestOutput& o : llm.generate(prompts, sp)) {
+      ASSERT_EQ(o.error, "") << cfg.backend;
+      ids[b].push_back(o.outputs[0].token_ids);
+    }
+  }
+  ASSERT_EQ(ids[0].size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(ids[1][i], ids[0][i]) << "prompt " << i;
 }
 
 }  // namespace
