@@ -15,7 +15,8 @@
 namespace di {
 
 // Number of fixed splits of the D axis on the pre side. A function of dim alone, so that a row's
-// reduction order never depends on the number of tokens.
+// reduction order never depends on the number of tokens; at most kMhcPreMaxSplits.
+inline constexpr int kMhcPreMaxSplits = 16;
 int mhc_pre_splits(int64_t dim);
 
 // Bytes of MhcPreParams::workspace for `tokens` rows (partial sums, [splits, T, 25] fp32).

@@ -11,7 +11,6 @@ namespace di {
 namespace {
 
 constexpr int64_t kChunk = 64;                // d per pipeline stage of the pre kernel (mhc_pre.cu)
-constexpr int kMaxSplits = 16;                // splits of the D axis; see mhc_pre_splits
 constexpr int64_t kPartials = kMhcMixes + 1;  // 24 dot products + the sum of squares
 
 // bf16 round-to-nearest-even of a finite float (the device's __float2bfloat16_rn).
@@ -45,7 +44,7 @@ int mhc_pre_splits(int64_t dim) {
            kChunk);
   const int64_t chunks = dim / kChunk;
   int splits = 1;
-  for (int s = 1; s <= kMaxSplits; ++s) {
+  for (int s = 1; s <= kMhcPreMaxSplits; ++s) {
     if (chunks % s == 0) splits = s;
   }
   return splits;

@@ -425,7 +425,7 @@ __device__ __forceinline__ float sigmoid(float v) {
   return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-v)));
 }
 
-constexpr int kMaxSplits = 16;  // mhc_pre_splits(dim) <= 16 (mhc_pack.cc)
+constexpr int kMaxSplits = kMhcPreMaxSplits;  // mhc_pre_splits(dim) <= this (mhc.cuh)
 
 // 16 lanes per token, lane e = comb entry (j, k) = (e / 4, e % 4). Lane e sums partial 8 + e and,
 // for e <= 8, partial e (pre / post mixes; e = 8: the sum of squares, partial 24) over the splits
