@@ -494,7 +494,7 @@ ReplayReport replay_fixture(const std::filesystem::path& fixture_dir, ForwardMod
     RoleTensors eng;
     try {
       eng = fixture_detail::run_case(model, c, tensors, report.precision, report.behaviour, cr);
-    } catch (const Error& e) {
+    } catch (const fixture_detail::BackendError& e) {
       // A backend error fails this case (named, with the message); the other cases still run.
       CaseComparison failed;
       failed.reference = report.precision;

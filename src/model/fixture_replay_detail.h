@@ -69,8 +69,16 @@ inline std::span<const int64_t> ids_at(const FixtureTensor& t,
 std::vector<std::pair<std::string, std::string>> prefill_pairs(
     const FixtureCase& c, const std::vector<ExpectedRole>& roles);
 
+// An error the model raised while running a case (as opposed to a malformed fixture): the replay
+// fails that case alone and goes on with the others.
+class BackendError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Runs case `c` through `model` for one precision and index-key behaviour: the engine's tensors
-// by expected role; progress and failures go to `report`. Throws di::Error on a malformed case.
+// by expected role; progress and failures go to `report`. Throws di::Error on a malformed case
+// and BackendError when the model itself fails.
 RoleTensors run_case(ForwardModel& model, const FixtureCase& c, const FixtureTensors& tensors,
                      const std::string& precision, const std::string& behaviour,
                      CaseReport& report);

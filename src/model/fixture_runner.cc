@@ -83,6 +83,19 @@ class CaseRunner {
     throw Error(fmt::format("case '{}': {}", case_.name, what));
   }
 
+  // Runs a call into the model; its errors become BackendError (the case fails, the replay goes
+  // on).
+  template <typename F>
+  decltype(auto) backend(F&& call) const {
+    try {
+      return call();
+    } catch (const BackendError&) {
+      throw;
+    } catch (const Error& e) {
+      throw BackendError(e.what(), e.message());
+    }
+  }
+
   const ExpectedRole* role(const std::string& field) const {
     for (const ExpectedRole& r : roles_) {
       if (r.field == field) return &r;
@@ -129,7 +142,7 @@ class CaseRunner {
     std::vector<SequenceChunk> chunks;
     for (size_t b = 0; b < states.size(); ++b)
       chunks.push_back({states[b].get(), tokens[b]});
-    ForwardResult r = model_.forward(chunks);
+    ForwardResult r = backend([&] { return model_.forward(chunks); });
     ++report_.forwards;
     if (r.logits.size() != chunks.size())
       fail(fmt::format("model returned {} logits rows for {} chunks", r.logits.size(),
@@ -155,7 +168,7 @@ class CaseRunner {
   std::vector<std::unique_ptr<SequenceState>> new_states(int64_t n) const {
     std::vector<std::unique_ptr<SequenceState>> states;
     for (int64_t b = 0; b < n; ++b)
-      states.push_back(model_.new_sequence());
+      states.push_back(backend([&] { return model_.new_sequence(); }));
     return states;
   }
 
@@ -318,8 +331,10 @@ class CaseRunner {
         std::copy(row.begin(), row.end(), values_at(*prefill_logits, {b}).begin());
       }
       if (dspark)
-        model_.dspark_prefill(*states[static_cast<size_t>(b)],
-                              res.main_hidden[static_cast<size_t>(b)]);
+        backend([&] {
+          model_.dspark_prefill(*states[static_cast<size_t>(b)],
+                                res.main_hidden[static_cast<size_t>(b)]);
+        });
     }
     for (int64_t k = 0; k < n_steps; ++k) {
       std::vector<std::vector<int64_t>> tokens;
@@ -339,8 +354,10 @@ class CaseRunner {
         }
         if (dspark) {
           // README §4: the drafter's input is the token sampled from this step (argmax).
-          const DraftResult dr = model_.dspark_step(*states[static_cast<size_t>(b)], next,
-                                                    res.main_hidden[static_cast<size_t>(b)][0]);
+          const DraftResult dr = backend([&] {
+            return model_.dspark_step(*states[static_cast<size_t>(b)], next,
+                                      res.main_hidden[static_cast<size_t>(b)][0]);
+          });
           ++report_.draft_steps;
           record_draft(drafts, b, k, next, dr);
         }

@@ -151,6 +151,7 @@ class FakeModel : public ForwardModel {
     return std::make_unique<FakeState>();
   }
   ForwardResult forward(std::span<const SequenceChunk> chunks) override {
+    if (fail_batched && chunks.size() > 1) throw Error("fake backend: out of device memory");
     ForwardResult r;
     for (const SequenceChunk& c : chunks) {
       auto& st = static_cast<FakeState&>(*c.state);
@@ -193,6 +194,7 @@ class FakeModel : public ForwardModel {
   }
   int64_t vocab_size() const override { return s_.vocab; }
 
+  bool fail_batched = false;  // forward of several chunks throws (a backend error)
   int64_t misses = 0;
   int64_t draft_misses = 0;
   std::vector<std::string> errors;
@@ -515,6 +517,23 @@ TEST(FixtureReplay, Fp32RuleJudgesAnEarlySplitByTheMargins) {
       EXPECT_NE(vs64.divergence_detail.find("near-tie:"), std::string::npos);
     }
   }
+}
+
+TEST(FixtureReplay, BackendErrorFailsOnlyItsCaseWithTheMessage) {
+  SKIP_WITHOUT_FIXTURE();
+  const Script s = build_script("fp64", "intended");
+  FakeModel m(s);
+  m.fail_batched = true;
+  const ReplayReport r =
+      replay_fixture(fixture_dir(), m, options(Precision::kFp64, IndexKeyQuirk::kIntended));
+  const CaseReport& batched = case_of_kind(r, FixtureCaseKind::kPrefillThenDecodeBatched);
+  expect_only_failure(r, batched.name);
+  ASSERT_FALSE(batched.comparisons.empty());
+  ASSERT_FALSE(batched.comparisons[0].failures.empty());
+  const std::string& why = batched.comparisons[0].failures[0];
+  EXPECT_NE(why.find("the backend failed"), std::string::npos) << why;
+  EXPECT_NE(why.find("out of device memory"), std::string::npos) << why;
+  EXPECT_GT(r.cases.size(), 1u);
 }
 
 TEST(FixtureReplay, MalformedFixturesNameFileAndKey) {
