@@ -11,8 +11,10 @@ default_tests="kernel_test fp8_gemm_kernel_test dense_ops_kernel_test mhc_kernel
   attention_kernel_test indexer_kernel_test kv_write_kernel_test moe_kernel_test
   engram_kernel_test wo_a_kernel_test cuda_forward_test"
 read -r -a tests <<< "$(echo ${DI_GPU_TESTS:-${default_tests}})"
-benches=(dequant_bench fp8_gemm_bench dense_ops_bench mhc_bench attention_bench indexer_bench
-         kv_write_bench moe_bench wo_a_bench cuda_forward_bench)
+default_benches="dequant_bench fp8_gemm_bench dense_ops_bench mhc_bench attention_bench
+  indexer_bench kv_write_bench moe_bench wo_a_bench cuda_forward_bench"
+# DI_GPU_BENCHES="a b": only these benchmarks.
+read -r -a benches <<< "$(echo ${DI_GPU_BENCHES:-${default_benches}})"
 if [[ -z "${DI_GPU_BUILD_DIR:-}" ]]; then
   cmake --preset cuda-release >/dev/null
   targets=()
