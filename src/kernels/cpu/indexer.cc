@@ -4,14 +4,27 @@
 #include <cmath>
 #include <limits>
 
+#include "common/bf16.h"
 #include "common/check.h"
 #include "kernels/cpu/moe_gate.h"
 
 namespace di::cpu {
 
-template <typename T>
-void indexer_score(const T* q, const T* weights, const T* keys, int64_t n_keys, int64_t visible,
-                   int64_t heads, int64_t dim, T* out) {
+namespace {
+
+// Rounds to bf16 in the bf16 variant; the identity otherwise.
+template <bool kBf16, typename T>
+T maybe_bf16(T v) {
+  if constexpr (kBf16) {
+    return bf16_to_float(bf16_from_float(v));
+  } else {
+    return v;
+  }
+}
+
+template <bool kBf16, typename T>
+void score_row(const T* q, const T* weights, const T* keys, int64_t n_keys, int64_t visible,
+               int64_t heads, int64_t dim, T* out) {
   DI_CHECK(dim > 0 && dim % kIndexerDotBlock == 0,
            "indexer_score: dim {} must be a positive multiple of {}", dim, kIndexerDotBlock);
   DI_CHECK(n_keys >= 0 && heads > 0, "indexer_score: n_keys {}, heads {}", n_keys, heads);
@@ -30,14 +43,27 @@ void indexer_score(const T* q, const T* weights, const T* keys, int64_t n_keys, 
         }
         dot = dot + block;
       }
-      const T relu = std::max(dot, T(0));
-      const T term = relu * weights[h];
+      const T relu = std::max(maybe_bf16<kBf16>(dot), T(0));
+      const T term = maybe_bf16<kBf16>(relu * weights[h]);
       score = score + term;
     }
-    out[t] = score;
+    out[t] = maybe_bf16<kBf16>(score);
   }
   for (int64_t t = live; t < n_keys; ++t)
     out[t] = -std::numeric_limits<T>::infinity();
+}
+
+}  // namespace
+
+template <typename T>
+void indexer_score(const T* q, const T* weights, const T* keys, int64_t n_keys, int64_t visible,
+                   int64_t heads, int64_t dim, T* out) {
+  score_row<false>(q, weights, keys, n_keys, visible, heads, dim, out);
+}
+
+void indexer_score_bf16(const float* q, const float* weights, const float* keys, int64_t n_keys,
+                        int64_t visible, int64_t heads, int64_t dim, float* out) {
+  score_row<true>(q, weights, keys, n_keys, visible, heads, dim, out);
 }
 
 template <typename T>

@@ -29,6 +29,12 @@ template <typename T>
 void indexer_score(const T* q, const T* weights, const T* keys, int64_t n_keys, int64_t visible,
                    int64_t heads, int64_t dim, T* out);
 
+// indexer_score with the reference's bf16 steps (its default dtype bf16): each head's dot is
+// rounded to bf16, relu, times the (bf16) weight rounded to bf16, and the heads are summed in
+// float and the sum rounded to bf16. Same arguments as indexer_score.
+void indexer_score_bf16(const float* q, const float* weights, const float* keys, int64_t n_keys,
+                        int64_t visible, int64_t heads, int64_t dim, float* out);
+
 // Layer-20 candidate pool of one query row. scores: [n] (the row's indexer scores, -inf at
 // t >= visible); mask: [n] out, 1 = position kept. Block b = positions [b*block_size,
 // (b+1)*block_size) scored by its maximum; the block holding the newest visible position

@@ -27,4 +27,9 @@ void fp4_quant_ue8m0(std::span<T> x, int block);
 template <typename T>
 void fp4_quant_e4m3(std::span<T> x, int block);
 
+// Each value rounded to bf16 (nearest, ties to even) in place: where the reference, run in its
+// default dtype bf16, stores a tensor as bf16 (the bf16 precision of the CPU forward).
+template <typename T>
+void round_bf16(std::span<T> x);
+
 }  // namespace di::cpu

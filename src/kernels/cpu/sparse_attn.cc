@@ -4,13 +4,14 @@
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/cpu/quant.h"
 
 namespace di::cpu {
 
 template <typename T>
 void sparse_attention(const T* q, int64_t rows, int64_t heads, int64_t dim, const T* kv,
                       int64_t entries, const T* sink, const int32_t* idx, int64_t topk, T scale,
-                      T* out) {
+                      T* out, bool bf16_probs) {
   std::vector<T> s(static_cast<size_t>(topk));
   for (int64_t i = 0; i < rows; ++i) {
     const int32_t* ids = idx + i * topk;
@@ -38,9 +39,11 @@ void sparse_attention(const T* q, int64_t rows, int64_t heads, int64_t dim, cons
         if (ids[t] < 0) continue;
         const T p = std::exp(s[static_cast<size_t>(t)] - m);
         den += p;
+        T pv = p;
+        if (bf16_probs) round_bf16(std::span<T>(&pv, 1));
         const T* k = kv + static_cast<int64_t>(ids[t]) * dim;
         for (int64_t d = 0; d < dim; ++d)
-          o[d] += p * k[d];
+          o[d] += pv * k[d];
       }
       den += std::exp(sink[h] - m);
       for (int64_t d = 0; d < dim; ++d)
@@ -50,10 +53,10 @@ void sparse_attention(const T* q, int64_t rows, int64_t heads, int64_t dim, cons
 }
 
 template void sparse_attention<float>(const float*, int64_t, int64_t, int64_t, const float*,
-                                      int64_t, const float*, const int32_t*, int64_t, float,
-                                      float*);
+                                      int64_t, const float*, const int32_t*, int64_t, float, float*,
+                                      bool);
 template void sparse_attention<double>(const double*, int64_t, int64_t, int64_t, const double*,
                                        int64_t, const double*, const int32_t*, int64_t, double,
-                                       double*);
+                                       double*, bool);
 
 }  // namespace di::cpu

@@ -169,5 +169,23 @@ TYPED_TEST(IndexerTest, ApplyCandidateMask) {
   EXPECT_EQ(s, (std::vector<T>{T(1), -inf, T(3), -inf, -inf}));
 }
 
+// The bf16 steps: 2 heads x 32 dims, q = 1, key 0 = 1 + 2^-7 + 2^-9 everywhere (key 1 not
+// visible). dot = 32.3125 (exact in float) -> bf16 32.25; x 0.3 = 9.675 -> bf16 9.6875;
+// x 0.1 = 3.225 -> bf16 3.21875; sum 12.90625 -> bf16 12.875 (a tie, to even). Unrounded:
+// 32.3125 x 0.4 = 12.925.
+TEST(IndexerBf16Test, DotProductAndSumRoundedToBf16) {
+  const std::vector<float> q(64, 1.0f);
+  std::vector<float> keys(64, 5.0f);
+  for (int d = 0; d < 32; ++d)
+    keys[static_cast<size_t>(d)] = 1.0f + 0x1p-7f + 0x1p-9f;
+  const std::vector<float> w = {0.3f, 0.1f};
+  std::vector<float> out(2), plain(2);
+  indexer_score_bf16(q.data(), w.data(), keys.data(), 2, 1, 2, 32, out.data());
+  indexer_score(q.data(), w.data(), keys.data(), 2, 1, 2, 32, plain.data());
+  EXPECT_EQ(out[0], 12.875f);
+  EXPECT_EQ(out[1], -kInf<float>);
+  EXPECT_NEAR(plain[0], 12.925, 1e-5);
+}
+
 }  // namespace
 }  // namespace di::cpu

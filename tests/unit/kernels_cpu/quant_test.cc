@@ -204,5 +204,29 @@ TYPED_TEST(QuantTest, Fp4E4m3ScaleTieGoesToEvenMantissa) {
   expect_same<T>(q, {T(5.25), T(0.4375), T(1.3125), T(0)});
 }
 
+// bf16 keeps 8 significant bits (step 2^-7 in [1, 2)): ties go to the even value, anything
+// above a tie up; infinities and exact values stay.
+TYPED_TEST(QuantTest, RoundBf16NearestTiesToEven) {
+  using T = TypeParam;
+  std::vector<T> x = {T(1) + p2<T>(-8),
+                      T(1) + 3 * p2<T>(-8),
+                      T(1) + p2<T>(-8) + p2<T>(-20),
+                      -T(1) - p2<T>(-8),
+                      T(3),
+                      -std::numeric_limits<T>::infinity(),
+                      T(255) + T(0.5)};
+  round_bf16(std::span<T>(x));
+  expect_same(x, {T(1), T(1) + p2<T>(-6), T(1) + p2<T>(-7), -T(1), T(3),
+                  -std::numeric_limits<T>::infinity(), T(256)});
+}
+
+// The double value is rounded once: 1 + 2^-8 + 2^-40 is above the tie (its float rounding,
+// 1 + 2^-8, would be a tie going down to 1).
+TEST(QuantDoubleTest, RoundBf16RoundsTheDoubleNotItsFloatRounding) {
+  std::vector<double> x = {1.0 + 0x1p-8 + 0x1p-40};
+  round_bf16(std::span<double>(x));
+  EXPECT_EQ(x[0], 1.0 + 0x1p-7);
+}
+
 }  // namespace
 }  // namespace di::cpu

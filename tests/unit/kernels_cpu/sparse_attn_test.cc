@@ -79,5 +79,27 @@ TYPED_TEST(SparseAttnTest, IndexOutsideEntriesThrows) {
                Error);
 }
 
+// bf16_probs (the reference's bf16 run): each unnormalised p = exp(s - m) is rounded to bf16
+// before it weights kv, the denominator sums the unrounded p. Hand case: p = [e^-2, e^-1, 1]
+// rounds to bf16 [0.1357421875, 0.3671875, 1] (e^-2 = 0.13533528..., e^-1 = 0.36787944...;
+// bf16 keeps 8 significant bits), den stays 2 e^-2 + e^-1 + 1 (sink 0):
+// o = (0.1357421875 [0, 1] + 0.3671875 [1, 2] + [2, 3]) / den
+//   = [1.444684317815061, 2.361915821576356].
+TEST(SparseAttnBf16Test, ProbabilitiesRoundedBeforePvDenominatorNot) {
+  const auto kv = entries<float>();
+  const std::vector<float> q = {2, 0};
+  const std::vector<float> sink = {0};
+  const std::vector<int32_t> idx = {0, 1, 2};
+  std::vector<float> out(2), plain(2);
+  sparse_attention(q.data(), 1, 1, 2, kv.data(), 4, sink.data(), idx.data(), 3, 0.5f, out.data(),
+                   /*bf16_probs=*/true);
+  sparse_attention(q.data(), 1, 1, 2, kv.data(), 4, sink.data(), idx.data(), 3, 0.5f, plain.data());
+  EXPECT_NEAR(out[0], 1.444684317815061, 2e-6);
+  EXPECT_NEAR(out[1], 2.361915821576356, 3e-6);
+  // The rounding is visible against the unrounded result (1.4451066, 2.3625121).
+  EXPECT_GT(std::fabs(out[0] - plain[0]), 3e-4);
+  EXPECT_GT(std::fabs(out[1] - plain[1]), 5e-4);
+}
+
 }  // namespace
 }  // namespace di::cpu
