@@ -84,8 +84,8 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& conf
     DI_CHECK(config.precision == "fp32", "--precision {}: the CUDA backend runs fp32 for now",
              config.precision);
   }
-  DI_CHECK(config.precision == "fp32" || config.precision == "fp64",
-           "--precision {}: the CPU backend supports fp32 and fp64", config.precision);
+  DI_CHECK(config.precision == "fp32" || config.precision == "fp64" || config.precision == "bf16",
+           "--precision {}: the CPU backend supports fp32, bf16 and fp64", config.precision);
   tokenizer_ = std::make_unique<di::ResolvedTokenizer>(
       di::resolve_tokenizer(model_dir, model_config_.family, config.tokenizer));
   if (static_cast<int64_t>(tokenizer_->tokenizer.vocab_size()) != model_config_.vocab_size) {
@@ -100,7 +100,9 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& conf
                                  config.cache_dir.empty() ? default_cache_dir() : config.cache_dir);
   }
   di::ForwardOptions fo;
-  fo.precision = config.precision == "fp64" ? di::Precision::kFp64 : di::Precision::kFp32;
+  fo.precision = config.precision == "fp64"   ? di::Precision::kFp64
+                 : config.precision == "bf16" ? di::Precision::kBf16
+                                              : di::Precision::kFp32;
   fo.quirk =
       config.index_key_quirk_shipped ? di::IndexKeyQuirk::kShipped : di::IndexKeyQuirk::kIntended;
 #if DI_HAVE_CUDA

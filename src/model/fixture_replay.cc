@@ -180,7 +180,7 @@ void attach_draft_logits(std::vector<Sequence>& seqs, const FixtureCase& c,
 class Comparer {
  public:
   Comparer(CaseComparison& out, const FixtureMargins& margins, const ReplayOptions& o)
-      : out_(out), margins_(margins), o_(o) {
+      : out_(out), margins_(margins), o_(o), rule_(out.reference == "bf16" ? o.bf16 : o.fp32) {
     topk_precisions_ = {out.reference};
     if (out.reference != "fp64") topk_precisions_.push_back("fp64");
   }
@@ -188,8 +188,9 @@ class Comparer {
   void compare(const Sequence& s) {
     std::optional<size_t> onset, draft_onset;
     bool diverged = false, draft_diverged = false;
-    const double tol = out_.strict ? o_.strict_rel : o_.divergence_rel;
-    const double conf_tol = out_.strict ? o_.strict_confidence_abs : o_.divergence_confidence_abs;
+    const double tol = out_.strict ? o_.strict_rel : rule_.divergence_rel;
+    const double conf_tol =
+        out_.strict ? o_.strict_confidence_abs : rule_.divergence_confidence_abs;
     for (size_t i = 0; i < s.events.size(); ++i) {
       const Event& ev = s.events[i];
       const double rel = row_rel(ev.eng, ev.ref);
@@ -221,7 +222,7 @@ class Comparer {
             add_failure(fmt::format("{}: {}", ev.where, what));
           }
         } else {
-          if (!onset && !(rel <= o_.noise_rel)) onset = i;
+          if (!onset && !(rel <= rule_.noise_rel)) onset = i;
           if (bad) {
             diverged = true;
             out_.first_divergence = ev.where;
@@ -312,7 +313,7 @@ class Comparer {
       }
       return;
     }
-    if (!onset && (!(conf <= o_.noise_rel) || !(dl <= o_.noise_rel))) onset = i;
+    if (!onset && (!(conf <= rule_.noise_rel) || !(dl <= rule_.noise_rel))) onset = i;
     if (!bad) {
       account();
       return;
@@ -326,7 +327,7 @@ class Comparer {
   }
 
   size_t window_start(std::optional<size_t> onset, size_t i) const {
-    const auto back = static_cast<size_t>(std::max<int64_t>(o_.near_tie_lookback, 0));
+    const auto back = static_cast<size_t>(std::max<int64_t>(rule_.near_tie_lookback, 0));
     const size_t lookback = i >= back ? i - back : 0;
     return onset ? std::min(*onset, lookback) : lookback;
   }
@@ -338,7 +339,7 @@ class Comparer {
     for (size_t i = to + 1; i-- > from;) {  // the divergent forward first, then earlier ones
       bool found = false;
       const auto ties = find_near_ties(margins_, s.labels, topk_precisions_, s.events[i].forward,
-                                       dspark, o_.near_tie, &found);
+                                       dspark, rule_.near_tie, &found);
       any_label = any_label || found;
       if (!ties.empty()) {
         *legit = true;
@@ -357,6 +358,7 @@ class Comparer {
   CaseComparison& out_;
   const FixtureMargins& margins_;
   const ReplayOptions& o_;
+  const FirstDivergenceRule& rule_;
   std::vector<std::string> topk_precisions_;
   int64_t dropped_ = 0;
 };
@@ -410,7 +412,8 @@ CaseComparison compare_case(const FixtureIndex& idx, const FixtureCase& c,
 void append_outputs(const RoleTensors& eng, Precision p, std::vector<FixtureTensor>& outputs) {
   for (const auto& [role, t] : eng) {
     FixtureTensor copy = t;
-    if (!copy.is_ids()) copy.dtype = p == Precision::kFp64 ? DType::kF64 : DType::kF32;
+    if (!copy.is_ids())
+      copy.dtype = p == Precision::kFp64 ? DType::kF64 : DType::kF32;  // bf16: F32
     outputs.push_back(std::move(copy));
   }
 }
@@ -418,7 +421,25 @@ void append_outputs(const RoleTensors& eng, Precision p, std::vector<FixtureTens
 }  // namespace
 
 const char* precision_label(Precision p) {
-  return p == Precision::kFp64 ? "fp64" : "fp32";
+  switch (p) {
+    case Precision::kFp64:
+      return "fp64";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+FirstDivergenceRule FirstDivergenceRule::bf16_defaults() {
+  FirstDivergenceRule r;
+  r.divergence_rel = 3e-2;
+  r.divergence_confidence_abs = 3e-2;
+  r.noise_rel = 1e-3;
+  r.near_tie.topk = 1e-2;
+  r.near_tie.quant = 1e-6;
+  return r;
 }
 
 const char* behaviour_label(IndexKeyQuirk q) {
@@ -509,7 +530,7 @@ ReplayReport replay_fixture(const std::filesystem::path& fixture_dir, ForwardMod
     cr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     cr.comparisons.push_back(compare_case(idx, c, tensors, eng, roles, report.precision,
                                           report.behaviour, strict, opts));
-    if (!strict && c.expected.count("fp64")) {
+    if (opts.precision == Precision::kFp32 && c.expected.count("fp64")) {
       cr.comparisons.push_back(
           compare_case(idx, c, tensors, eng, roles, "fp64", report.behaviour, false, opts));
     }

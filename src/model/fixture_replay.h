@@ -21,6 +21,27 @@ namespace di {
 struct CaseReport;
 class TraceRecorder;
 
+// The first-divergence rule (README §6.4): a row beyond divergence_rel (or a confidence beyond
+// divergence_confidence_abs, or any id/argmax mismatch) is a divergence. Deviations above
+// noise_rel mark where a rounding flip may have started (its onset); the divergence is legitimate
+// when a near-tie is recorded at some forward from the onset (or from near_tie_lookback forwards
+// earlier, whichever is first) to the divergence. The lookback exists because a flip can change
+// cached state (KV, compressor carry) without visibly moving that forward's last-row logits: the
+// fixture's own fp32 values split from fp64 at decode step 0 (and batch row 0 step 0) with the
+// near-ties recorded in the prefill.
+struct FirstDivergenceRule {
+  int64_t near_tie_lookback = 1;
+  double divergence_rel = 1e-4;
+  double divergence_confidence_abs = 1e-4;
+  double noise_rel = 1e-5;
+  NearTieThresholds near_tie;
+  // The bf16 rule (README §6.6). Two bf16 engines differ by one bf16 rounding (2^-9 relative) of
+  // an activation wherever their float accumulations land on different sides of a rounding
+  // boundary, which is common, so before a discrete flip rows agree only to a few 1e-3 of the
+  // logit spread; a flip moves a row by O(1). Top-k ties are exact in bf16 scores (README §5.3).
+  static FirstDivergenceRule bf16_defaults();
+};
+
 struct ReplayOptions {
   Precision precision = Precision::kFp64;          // which expected values (and which rule) apply
   IndexKeyQuirk quirk = IndexKeyQuirk::kIntended;  // which behaviour suffix applies
@@ -32,24 +53,15 @@ struct ReplayOptions {
   // relative error (max |Δ| / std(ref row)); DSpark confidences within the absolute error.
   double strict_rel = 1e-9;
   double strict_confidence_abs = 1e-9;
-  // fp32 (first-divergence rule, README §6.4): a row beyond divergence_rel (or a confidence
-  // beyond divergence_confidence_abs, or any id/argmax mismatch) is a divergence. Deviations
-  // above noise_rel mark where a rounding flip may have started (its onset); the divergence is
-  // legitimate when a near-tie is recorded at some forward from the onset (or from
-  // near_tie_lookback forwards earlier, whichever is first) to the divergence. The lookback
-  // exists because a flip can change cached state (KV, compressor carry) without visibly moving
-  // that forward's last-row logits: the fixture's own fp32 values split from fp64 at decode
-  // step 0 (and batch row 0 step 0) with the near-ties recorded in the prefill.
-  int64_t near_tie_lookback = 1;
-  double divergence_rel = 1e-4;
-  double divergence_confidence_abs = 1e-4;
-  double noise_rel = 1e-5;
-  NearTieThresholds near_tie;
+  // fp32 (README §6.4) and bf16 (README §6.6): the first-divergence rule, with tolerances sized
+  // to each precision's noise (see FirstDivergenceRule).
+  FirstDivergenceRule fp32;
+  FirstDivergenceRule bf16 = FirstDivergenceRule::bf16_defaults();
 };
 
 // The engine against the expected values of one precision, for one case.
 struct CaseComparison {
-  std::string reference;  // "fp64" or "fp32"
+  std::string reference;  // "fp64", "fp32" or "bf16"
   bool strict = true;     // fp64 rule; false: first-divergence rule
 
   // Backbone logits rows compared tightly (strict: all; otherwise up to the first divergence).
@@ -92,14 +104,15 @@ struct CaseReport {
   int64_t forwards = 0;     // backbone forward calls
   int64_t draft_steps = 0;  // dspark_step calls
   double seconds = 0;
-  // [0]: the chosen precision; for fp32 runs also [1]: fp64 (README §6.4: preferably fp64).
+  // [0]: the chosen precision; for fp32 runs also [1]: fp64 (README §6.4: preferably fp64). A bf16
+  // run is judged against bf16 alone (README §6.6).
   std::vector<CaseComparison> comparisons;
   bool pass() const;
 };
 
 struct ReplayReport {
   std::string fixture;
-  std::string precision;  // "fp64" | "fp32"
+  std::string precision;  // "fp64" | "fp32" | "bf16"
   std::string behaviour;  // "intended" | "shipped"
   std::vector<CaseReport> cases;
   // With record_outputs: the engine's tensors under the fixture's keys for the chosen
@@ -134,7 +147,7 @@ std::vector<std::string> run_trace_forwards(const std::filesystem::path& fixture
                                             ForwardModel& model, TraceRecorder& recorder,
                                             const TraceRunOptions& opts = {});
 
-const char* precision_label(Precision p);      // "fp64" | "fp32"
+const char* precision_label(Precision p);      // "fp64" | "fp32" | "bf16"
 const char* behaviour_label(IndexKeyQuirk q);  // "intended" | "shipped"
 
 // max |eng - ref| / std(ref) (population std; the max |Δ| itself when std is 0); +inf when

@@ -10,10 +10,12 @@ namespace di {
 
 class ForwardTracer;
 
-// Numeric precision of the CPU reference backend (issue #3): kFp32 is the normal one; kFp64 is a
-// validation precision where every activation/accumulation is double while the quantisation
-// sites and their binary32 scale formulas stay as the reference defines them.
-enum class Precision { kFp32, kFp64 };
+// Numeric precision of a forward: kFp32 is the normal one; kFp64 is a validation precision where
+// every activation/accumulation is double while the quantisation sites and their binary32 scale
+// formulas stay as the reference defines them; kBf16 runs the reference's default-dtype bf16
+// semantics (fixtures README §5.3): fp32 arithmetic with every tensor the reference keeps in bf16
+// rounded to bf16 where it is produced, and attention probabilities rounded before P.V.
+enum class Precision { kFp32, kFp64, kBf16 };
 
 // Which index keys a ratio-2 key owner scores against on decode steps that emit no latent
 // (delta spec §5.2): its own keys (intended, default) or whatever the shared slot last held

@@ -266,8 +266,9 @@ TEST_F(Cli, UsageErrors) {
 namespace di {
 namespace {
 
-// Issue #3 acceptance: every fixture passes replay-fixture in fp64 (strict) and fp32 (first
-// divergence rule), in both index-key behaviours; --dump writes the engine's outputs.
+// Issue #3 acceptance: every fixture passes replay-fixture in fp64 (strict), fp32 (first
+// divergence rule) and bf16 (the same rule against the bf16 values), in both index-key
+// behaviours; --dump writes the engine's outputs.
 TEST(ReplayFixtureCli, EveryFixtureEveryPrecisionAndQuirk) {
   TempDir tmp;
   const fs::path fixtures = fs::path(DI_SHARED_DIR) / "fixtures";
@@ -275,7 +276,7 @@ TEST(ReplayFixtureCli, EveryFixtureEveryPrecisionAndQuirk) {
   int n = 0;
   for (const auto& d : fs::directory_iterator(fixtures)) {
     if (!fs::exists(d.path() / "cases.json")) continue;
-    for (const char* prec : {"fp64", "fp32"}) {
+    for (const char* prec : {"fp64", "fp32", "bf16"}) {
       for (const char* quirk : {"intended", "shipped"}) {
         const fs::path dump = tmp / (std::string(prec) + "-" + quirk + ".safetensors");
         RunResult r = run_cli("replay-fixture " + d.path().string() + " --precision " + prec +

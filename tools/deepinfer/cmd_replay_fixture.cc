@@ -172,7 +172,9 @@ int run_replay(const ReplayCliOptions& o) {
     DI_CHECK(known, "{}: no case named '{}'", idx.json_path.string(), name);
   }
   ForwardOptions fo;
-  fo.precision = o.precision == "fp64" ? Precision::kFp64 : Precision::kFp32;
+  fo.precision = o.precision == "fp64"   ? Precision::kFp64
+                 : o.precision == "bf16" ? Precision::kBf16
+                                         : Precision::kFp32;
   fo.quirk = o.quirk == "shipped" ? IndexKeyQuirk::kShipped : IndexKeyQuirk::kIntended;
   const fs::path model_dir = o.model_dir.empty() ? fs::path(o.fixture_dir) : fs::path(o.model_dir);
   const auto t0 = std::chrono::steady_clock::now();
@@ -237,8 +239,9 @@ Command add_replay_fixture(CLI::App& root) {
   app->add_option("--backend", o->backend, "backend: cpu or cuda (CUDA builds)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app->add_option("--precision", o->precision,
-                  "fp64: strict match of the fp64 values; fp32: first-divergence rule")
-      ->check(CLI::IsMember({"fp64", "fp32"}));
+                  "fp64: strict match of the fp64 values; fp32: first-divergence rule against "
+                  "fp32 and fp64; bf16: first-divergence rule against bf16 (CPU backend)")
+      ->check(CLI::IsMember({"fp64", "fp32", "bf16"}));
   app->add_option("--dump", o->dump,
                   "write the engine's outputs to this safetensors file (fixture key names)");
   app->add_option("--case", o->cases, "run only this case (repeatable)");

@@ -21,14 +21,15 @@ void Model<T>::compress(int64_t i, SequenceStateT<T>& st, int64_t start, const V
   const int64_t D = cfg_.hidden_size, hd = cfg_.head_dim;
   const int64_t ratio = w.plan.compress_ratio;
   const int64_t rows = static_cast<int64_t>(x.size()) / D;
-  const Vec kv = linear(x, rows, *w.comp_wkv);  // no activation quant: bf16/fp32 weights
+  // No activation quant: ratio 1 has bf16 weights (an activation out), ratio > 1 pools in fp32.
   if (ratio == 1) {
-    latents = kv;
-    cpu::rms_norm(latents.data(), rows, hd, w.comp_norm.data(), cfg_.rms_norm_eps);
+    latents = linear_act(x, rows, *w.comp_wkv);
+    norm(latents, rows, hd, w.comp_norm);
     for (int64_t r = 0; r < rows; ++r)
       groups.push_back(start + r);
     return;
   }
+  const Vec kv = linear(x, rows, *w.comp_wkv);
   const Vec score = linear(x, rows, *w.comp_wgate);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t pos = start + r;
@@ -52,7 +53,8 @@ void Model<T>::compress(int64_t i, SequenceStateT<T>& st, int64_t start, const V
       }
       latent[static_cast<size_t>(d)] = acc;
     }
-    cpu::rms_norm(latent.data(), 1, hd, w.comp_norm.data(), cfg_.rms_norm_eps);
+    rb(latent);  // kv.to(dtype) before the norm
+    norm(latent, 1, hd, w.comp_norm);
     latents.insert(latents.end(), latent.begin(), latent.end());
     groups.push_back(pos / ratio);
   }
@@ -76,14 +78,17 @@ std::vector<std::vector<int32_t>> Model<T>::indexer(int64_t i, SequenceStateT<T>
     for (int64_t hh = 0; hh < IH; ++hh) {
       rope.apply(q.data() + (r * IH + hh) * IHD + (IHD - rd), start + r);
     }
-    cpu::fp4_quant_ue8m0(std::span<T>(q.data() + r * IH * IHD, static_cast<size_t>(IH * IHD)), 32);
   }
+  rb(q);
+  for (int64_t r = 0; r < rows; ++r)
+    cpu::fp4_quant_ue8m0(std::span<T>(q.data() + r * IH * IHD, static_cast<size_t>(IH * IHD)), 32);
   trace_block(i, "index.q", q, {rows, IH, IHD});
-  Vec weights = linear(x, rows, *w.idx_weights_proj);  // [rows, IH]
+  Vec weights = linear_act(x, rows, *w.idx_weights_proj);  // [rows, IH]
   const T wscale = static_cast<T>(std::pow(static_cast<double>(IHD), -0.5) *
                                   std::pow(static_cast<double>(IH), -0.5));
   for (T& v : weights)
     v = v * wscale;
+  rb(weights);
   trace_block(i, "index.weights", weights, {rows, IH});
 
   // Whose keys: the owner's own (intended) or the last published slot (shipped quirk).
@@ -103,8 +108,20 @@ std::vector<std::vector<int32_t>> Model<T>::indexer(int64_t i, SequenceStateT<T>
   std::vector<int64_t> traced_candidates;  // [rows, visible_total], candidate builders
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t visible = (start + r + 1) / ratio;  // group j visible iff j < (pos+1)/ratio
-    cpu::indexer_score(q.data() + r * IH * IHD, weights.data() + r * IH, ks.index_keys.data(),
-                       visible_total, visible, IH, IHD, score.data());
+    const T* qrow = q.data() + r * IH * IHD;
+    const T* wrow = weights.data() + r * IH;
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16_) {
+        cpu::indexer_score_bf16(qrow, wrow, ks.index_keys.data(), visible_total, visible, IH, IHD,
+                                score.data());
+      } else {
+        cpu::indexer_score(qrow, wrow, ks.index_keys.data(), visible_total, visible, IH, IHD,
+                           score.data());
+      }
+    } else {
+      cpu::indexer_score(qrow, wrow, ks.index_keys.data(), visible_total, visible, IH, IHD,
+                         score.data());
+    }
     if (p.candidate_builder) {
       // Level one: keep the best `candidate_topk_blocks` blocks (block score = max over its
       // positions; the block holding the newest visible position pinned to +inf).
@@ -142,26 +159,13 @@ typename Model<T>::Vec Model<T>::attention(int64_t i, SequenceStateT<T>& st, int
   const int64_t D = cfg_.hidden_size, H = cfg_.num_heads, hd = cfg_.head_dim;
   const int64_t rd = cfg_.rope_head_dim, win = cfg_.sliding_window;
   const int64_t rows = static_cast<int64_t>(x.size()) / D;
-  const double eps = cfg_.rms_norm_eps;
   const cpu::RopeTable<T>& rope = rope_for(i);
 
-  // Queries.
-  Vec qr = linear_q(x, rows, w.wq_a);
-  cpu::rms_norm(qr.data(), rows, cfg_.q_lora_rank, w.q_norm.data(), eps);
+  Vec qr, q;  // q: [rows, H, hd]
+  queries(w, x, rows, start, rope, qr, q);
   trace_block(i, "attn.qr", qr, {rows, cfg_.q_lora_rank});
-  Vec q = linear_q(qr, rows, w.wq_b);  // [rows, H, hd]
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t hh = 0; hh < H; ++hh)
-      rope.apply(q.data() + (r * H + hh) * hd + (hd - rd), start + r);
-  }
   trace_block(i, "attn.q", q, {rows, H, hd});
-  // Window K=V: kv_norm, RoPE, FP8 over all head_dim values.
-  Vec kv = linear_q(x, rows, w.wkv);
-  cpu::rms_norm(kv.data(), rows, hd, w.kv_norm.data(), eps);
-  for (int64_t r = 0; r < rows; ++r) {
-    rope.apply(kv.data() + r * hd + (hd - rd), start + r);
-    cpu::act_quant_e4m3(std::span<T>(kv.data() + r * hd, static_cast<size_t>(hd)), kActBlock);
-  }
+  const Vec kv = window_kv(w, x, rows, start, rope);
   trace_block(i, "attn.kv", kv, {rows, hd});
   // Entries: [ring (positions before this chunk) ; this chunk's kv ; compressed entries].
   Vec entries(bs.ring);
@@ -190,10 +194,12 @@ typename Model<T>::Vec Model<T>::attention(int64_t i, SequenceStateT<T>& st, int
     // Index keys from the fresh latents (pre-RoPE), published before this layer's indexer.
     if (p.mode == AttnMode::kFull && !groups.empty()) {
       const int64_t IHD = cfg_.index_head_dim;
-      Vec k = linear(latents, static_cast<int64_t>(groups.size()), *w.idx_wk);
-      cpu::rms_norm(k.data(), static_cast<int64_t>(groups.size()), IHD, w.idx_k_norm.data(), eps);
-      for (size_t g = 0; g < groups.size(); ++g) {
+      Vec k = linear_act(latents, emitted, *w.idx_wk);
+      norm(k, emitted, IHD, w.idx_k_norm);
+      for (size_t g = 0; g < groups.size(); ++g)
         rope.apply(k.data() + static_cast<int64_t>(g) * IHD + (IHD - rd), groups[g] * ratio);
+      rb(k);
+      for (size_t g = 0; g < groups.size(); ++g) {
         cpu::fp4_quant_ue8m0(
             std::span<T>(k.data() + static_cast<int64_t>(g) * IHD, static_cast<size_t>(IHD)), 32);
       }
@@ -210,10 +216,13 @@ typename Model<T>::Vec Model<T>::attention(int64_t i, SequenceStateT<T>& st, int
     }
     // Compressed KV: RoPE at the group's first position, FP4 with E4M3 scales per 16.
     if (!groups.empty()) {
+      for (size_t g = 0; g < groups.size(); ++g)
+        rope.apply(latents.data() + static_cast<int64_t>(g) * hd + (hd - rd), groups[g] * ratio);
+      rb(latents);
       for (size_t g = 0; g < groups.size(); ++g) {
-        T* l = latents.data() + static_cast<int64_t>(g) * hd;
-        rope.apply(l + (hd - rd), groups[g] * ratio);
-        cpu::fp4_quant_e4m3(std::span<T>(l, static_cast<size_t>(hd)), 16);
+        cpu::fp4_quant_e4m3(
+            std::span<T>(latents.data() + static_cast<int64_t>(g) * hd, static_cast<size_t>(hd)),
+            16);
       }
       trace_block(i, "compress.kv", latents, {emitted, hd});
       bs.comp_kv.insert(bs.comp_kv.end(), latents.begin(), latents.end());
@@ -242,11 +251,50 @@ typename Model<T>::Vec Model<T>::attention(int64_t i, SequenceStateT<T>& st, int
   const int64_t n_entries = static_cast<int64_t>(entries.size()) / hd;
   cpu::sparse_attention(q.data(), rows, H, hd, entries.data(), n_entries, w.attn_sink.data(),
                         flat.data(), static_cast<int64_t>(topk),
-                        static_cast<T>(std::pow(static_cast<double>(hd), -0.5)), o.data());
+                        static_cast<T>(std::pow(static_cast<double>(hd), -0.5)), o.data(), bf16_);
+  return attention_output(i, o, rows, start, rope);
+}
+
+template <typename T>
+void Model<T>::queries(const BlockWeights<T>& w, const Vec& x, int64_t rows, int64_t first_pos,
+                       const cpu::RopeTable<T>& rope, Vec& qr, Vec& q) const {
+  const int64_t H = cfg_.num_heads, hd = cfg_.head_dim, rd = cfg_.rope_head_dim;
+  qr = linear_q(x, rows, w.wq_a);
+  norm(qr, rows, cfg_.q_lora_rank, w.q_norm);
+  q = linear_q(qr, rows, w.wq_b);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t hh = 0; hh < H; ++hh)
-      rope.apply(o.data() + (r * H + hh) * hd + (hd - rd), start + r, true);
+      rope.apply(q.data() + (r * H + hh) * hd + (hd - rd), first_pos + r);
   }
+  rb(q);
+}
+
+template <typename T>
+typename Model<T>::Vec Model<T>::window_kv(const BlockWeights<T>& w, const Vec& x, int64_t rows,
+                                           int64_t first_pos, const cpu::RopeTable<T>& rope) const {
+  const int64_t hd = cfg_.head_dim, rd = cfg_.rope_head_dim;
+  Vec kv = linear_q(x, rows, w.wkv);
+  norm(kv, rows, hd, w.kv_norm);
+  for (int64_t r = 0; r < rows; ++r)
+    rope.apply(kv.data() + r * hd + (hd - rd), first_pos + r);
+  rb(kv);
+  for (int64_t r = 0; r < rows; ++r)
+    cpu::act_quant_e4m3(std::span<T>(kv.data() + r * hd, static_cast<size_t>(hd)), kActBlock);
+  return kv;
+}
+
+template <typename T>
+typename Model<T>::Vec Model<T>::attention_output(int64_t i, Vec& o, int64_t rows,
+                                                  int64_t first_pos,
+                                                  const cpu::RopeTable<T>& rope) const {
+  const BlockWeights<T>& w = w_.blocks[static_cast<size_t>(i)];
+  const int64_t H = cfg_.num_heads, hd = cfg_.head_dim, rd = cfg_.rope_head_dim;
+  rb(o);  // sparse_attn's output
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t hh = 0; hh < H; ++hh)
+      rope.apply(o.data() + (r * H + hh) * hd + (hd - rd), first_pos + r, true);
+  }
+  rb(o);
   trace_block(i, "attn.o", o, {rows, H, hd});
   // Grouped low-rank output: group g projects its heads with wo_a rows [g*o_lora, (g+1)*o_lora).
   const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank, gw = H * hd / G;
@@ -256,20 +304,26 @@ typename Model<T>::Vec Model<T>::attention(int64_t i, SequenceStateT<T>& st, int
     for (int64_t r = 0; r < rows; ++r) {
       std::copy_n(o.begin() + r * H * hd + g * gw, gw, og.begin() + r * gw);
     }
-    const Vec zg = linear(og, rows, w.wo_a.slice_rows(g * R, (g + 1) * R));
+    const Vec zg = linear_act(og, rows, w.wo_a.slice_rows(g * R, (g + 1) * R));
     for (int64_t r = 0; r < rows; ++r)
       std::copy_n(zg.begin() + r * R, R, z.begin() + (r * G + g) * R);
   }
   return linear_q(z, rows, w.wo_b);
 }
 
-#define DI_INSTANTIATE(T)                                                                      \
-  template void Model<T>::compress(int64_t, SequenceStateT<T>&, int64_t, const Vec&, Vec&,     \
-                                   std::vector<int64_t>&);                                     \
-  template std::vector<std::vector<int32_t>> Model<T>::indexer(                                \
-      int64_t, SequenceStateT<T>&, int64_t, int64_t, const Vec&, const Vec&, Shared&);         \
-  template Model<T>::Vec Model<T>::attention(int64_t, SequenceStateT<T>&, int64_t, const Vec&, \
-                                             Shared&);
+#define DI_INSTANTIATE(T)                                                                          \
+  template void Model<T>::compress(int64_t, SequenceStateT<T>&, int64_t, const Vec&, Vec&,         \
+                                   std::vector<int64_t>&);                                         \
+  template std::vector<std::vector<int32_t>> Model<T>::indexer(                                    \
+      int64_t, SequenceStateT<T>&, int64_t, int64_t, const Vec&, const Vec&, Shared&);             \
+  template Model<T>::Vec Model<T>::attention(int64_t, SequenceStateT<T>&, int64_t, const Vec&,     \
+                                             Shared&);                                             \
+  template void Model<T>::queries(const BlockWeights<T>&, const Vec&, int64_t, int64_t,            \
+                                  const cpu::RopeTable<T>&, Vec&, Vec&) const;                     \
+  template Model<T>::Vec Model<T>::window_kv(const BlockWeights<T>&, const Vec&, int64_t, int64_t, \
+                                             const cpu::RopeTable<T>&) const;                      \
+  template Model<T>::Vec Model<T>::attention_output(int64_t, Vec&, int64_t, int64_t,               \
+                                                    const cpu::RopeTable<T>&) const;
 DI_INSTANTIATE(float)
 DI_INSTANTIATE(double)
 #undef DI_INSTANTIATE

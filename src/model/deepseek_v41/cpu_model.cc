@@ -46,6 +46,7 @@ std::unique_ptr<ForwardModel> load_cpu_forward_model(const std::filesystem::path
   ModelConfig cfg = load_model_config(model_dir);
   auto ckpt = open_v41_checkpoint(model_dir, cfg, "CPU reference");
   token_map = resolve_engram_token_map(cfg, model_dir, std::move(token_map));
+  // kBf16 runs on the float model with bf16 rounding of the activations.
   if (options.precision == Precision::kFp64) {
     return std::make_unique<v41::Model<double>>(std::move(ckpt), std::move(cfg), options,
                                                 std::move(token_map));

@@ -20,7 +20,7 @@ typename Model<T>::Vec Model<T>::main_x_of(const std::vector<double>& main_hidde
            s0.main_proj->cols);
   const Vec mh(main_hidden_row.begin(), main_hidden_row.end());
   Vec x = linear_q(mh, 1, *s0.main_proj);
-  cpu::rms_norm(x.data(), 1, cfg_.hidden_size, s0.main_norm.data(), cfg_.rms_norm_eps);
+  norm(x, 1, cfg_.hidden_size, s0.main_norm);
   return x;
 }
 
@@ -29,7 +29,7 @@ void Model<T>::dspark_prefill(SequenceState& state,
                               const std::vector<std::vector<double>>& main_hidden_rows) {
   auto& st = dynamic_cast<SequenceStateT<T>&>(state);
   DI_CHECK(cfg_.num_nextn_predict_layers > 0, "model has no DSpark stages");
-  const int64_t hd = cfg_.head_dim, rd = cfg_.rope_head_dim, win = cfg_.sliding_window;
+  const int64_t hd = cfg_.head_dim, win = cfg_.sliding_window;
   const auto n_rows = static_cast<int64_t>(main_hidden_rows.size());
   // Traced: the ring entries each stage receives, [rows, head_dim] per stage.
   std::vector<Vec> traced_kv(tracing() ? static_cast<size_t>(cfg_.num_nextn_predict_layers) : 0);
@@ -39,10 +39,7 @@ void Model<T>::dspark_prefill(SequenceState& state,
     for (int64_t s = 0; s < cfg_.num_nextn_predict_layers; ++s) {
       const int64_t b = cfg_.num_layers + s;
       const BlockWeights<T>& w = w_.blocks[static_cast<size_t>(b)];
-      Vec kv = linear_q(main_x, 1, w.wkv);
-      cpu::rms_norm(kv.data(), 1, hd, w.kv_norm.data(), cfg_.rms_norm_eps);
-      rope_for(b).apply(kv.data() + (hd - rd), pos);
-      cpu::act_quant_e4m3(std::span<T>(kv), kActBlock);
+      const Vec kv = window_kv(w, main_x, 1, pos, rope_for(b));
       if (tracing()) {
         traced_kv[static_cast<size_t>(s)].insert(traced_kv[static_cast<size_t>(s)].end(),
                                                  kv.begin(), kv.end());
@@ -63,29 +60,17 @@ typename Model<T>::Vec Model<T>::dspark_attention(int64_t i, SequenceStateT<T>& 
   const BlockWeights<T>& w = w_.blocks[static_cast<size_t>(i)];
   BlockState<T>& bs = st.blocks[static_cast<size_t>(i)];
   const int64_t D = cfg_.hidden_size, H = cfg_.num_heads, hd = cfg_.head_dim;
-  const int64_t rd = cfg_.rope_head_dim, win = cfg_.sliding_window;
+  const int64_t win = cfg_.sliding_window;
   const int64_t rows = static_cast<int64_t>(x.size()) / D;
-  const double eps = cfg_.rms_norm_eps;
   const cpu::RopeTable<T>& rope = rope_for(i);
   // main_kv(p) enters the ring: only accepted context is stored, never the draft rows.
-  Vec main_kv = linear_q(main_x, 1, w.wkv);
-  cpu::rms_norm(main_kv.data(), 1, hd, w.kv_norm.data(), eps);
-  rope.apply(main_kv.data() + (hd - rd), p);
-  cpu::act_quant_e4m3(std::span<T>(main_kv), kActBlock);
+  const Vec main_kv = window_kv(w, main_x, 1, p, rope);
   trace_block(i, "attn.main_kv", main_kv, {1, hd});
   // The draft rows sit at positions p+1 .. p+rows.
-  Vec qr = linear_q(x, rows, w.wq_a);
-  cpu::rms_norm(qr.data(), rows, cfg_.q_lora_rank, w.q_norm.data(), eps);
+  Vec qr, q;
+  queries(w, x, rows, p + 1, rope, qr, q);
   trace_block(i, "attn.qr", qr, {rows, cfg_.q_lora_rank});
-  Vec q = linear_q(qr, rows, w.wq_b);
-  Vec kv = linear_q(x, rows, w.wkv);
-  cpu::rms_norm(kv.data(), rows, hd, w.kv_norm.data(), eps);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t hh = 0; hh < H; ++hh)
-      rope.apply(q.data() + (r * H + hh) * hd + (hd - rd), p + 1 + r);
-    rope.apply(kv.data() + r * hd + (hd - rd), p + 1 + r);
-    cpu::act_quant_e4m3(std::span<T>(kv.data() + r * hd, static_cast<size_t>(hd)), kActBlock);
-  }
+  const Vec kv = window_kv(w, x, rows, p + 1, rope);
   trace_block(i, "attn.q", q, {rows, H, hd});
   trace_block(i, "attn.kv", kv, {rows, hd});
   std::copy(main_kv.begin(), main_kv.end(), bs.ring.begin() + (p % win) * hd);
@@ -104,23 +89,8 @@ typename Model<T>::Vec Model<T>::dspark_attention(int64_t i, SequenceStateT<T>& 
   cpu::sparse_attention(q.data(), rows, H, hd, entries.data(),
                         static_cast<int64_t>(entries.size()) / hd, w.attn_sink.data(), idx.data(),
                         static_cast<int64_t>(one.size()),
-                        static_cast<T>(std::pow(static_cast<double>(hd), -0.5)), o.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t hh = 0; hh < H; ++hh)
-      rope.apply(o.data() + (r * H + hh) * hd + (hd - rd), p + 1 + r, true);
-  }
-  trace_block(i, "attn.o", o, {rows, H, hd});
-  const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank, gw = H * hd / G;
-  Vec z(static_cast<size_t>(rows * G * R));
-  for (int64_t g = 0; g < G; ++g) {
-    Vec og(static_cast<size_t>(rows * gw));
-    for (int64_t r = 0; r < rows; ++r)
-      std::copy_n(o.begin() + r * H * hd + g * gw, gw, og.begin() + r * gw);
-    const Vec zg = linear(og, rows, w.wo_a.slice_rows(g * R, (g + 1) * R));
-    for (int64_t r = 0; r < rows; ++r)
-      std::copy_n(zg.begin() + r * R, R, z.begin() + (r * G + g) * R);
-  }
-  return linear_q(z, rows, w.wo_b);
+                        static_cast<T>(std::pow(static_cast<double>(hd), -0.5)), o.data(), bf16_);
+  return attention_output(i, o, rows, p + 1, rope);
 }
 
 template <typename T>
@@ -157,10 +127,11 @@ DraftResult Model<T>::dspark_step(SequenceState& state, int64_t input_id,
   for (int64_t r = 0; r < bsz; ++r) {
     cpu::hc_collapse(h.data() + r * hc * D, hc, D, pre_mix.data() + r * hc, x.data() + r * D);
   }
+  rb(x);
   trace("dspark.x", x, {bsz, D});
   // The confidence head reads the collapsed stream before the stage norm.
   Vec xn = x;
-  cpu::rms_norm(xn.data(), bsz, D, last.final_norm.data(), cfg_.rms_norm_eps);
+  norm(xn, bsz, D, last.final_norm);
   Vec logits = head_logits(xn, bsz);
   const int64_t rank = cfg_.dspark_markov_rank;
   DraftResult res;

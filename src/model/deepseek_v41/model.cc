@@ -36,11 +36,13 @@ Model<T>::Model(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Forward
     : ckpt_(std::move(ckpt)),
       cfg_(std::move(cfg)),
       opts_(opts),
+      bf16_(opts.precision == Precision::kBf16),
       w_(bind_weights<T>(cfg_, *ckpt_)),
       token_map_(std::move(token_map)),
       rope_plain_(rope_params(cfg_, false)),
       rope_compressed_(rope_params(cfg_, true)) {
   DI_CHECK(cfg_.hc_mult <= 8, "hc_mult {} > 8 is not supported", cfg_.hc_mult);
+  DI_CHECK(!bf16_ || (std::is_same_v<T, float>), "the bf16 precision runs on the float model");
   if (!cfg_.engram_layer_ids.empty()) {
     DI_CHECK(token_map_.has_value(),
              "{}: the model has Engram layers but no compressed token map was found "
@@ -109,7 +111,22 @@ typename Model<T>::Vec Model<T>::linear_q(const Vec& x, int64_t rows, const Weig
     cpu::act_quant_e4m3(std::span<T>(xq.data() + r * w.cols, static_cast<size_t>(w.cols)),
                         kActBlock);
   }
-  return linear(xq, rows, w);
+  Vec y = linear(xq, rows, w);
+  rb(y);
+  return y;
+}
+
+template <typename T>
+typename Model<T>::Vec Model<T>::linear_act(const Vec& x, int64_t rows, const WeightRef& w) const {
+  Vec y = linear(x, rows, w);
+  rb(y);
+  return y;
+}
+
+template <typename T>
+void Model<T>::norm(Vec& x, int64_t rows, int64_t dim, const Vec& weight) const {
+  cpu::rms_norm(x.data(), rows, dim, weight.data(), cfg_.rms_norm_eps);
+  rb(x);
 }
 
 template <typename T>
@@ -139,6 +156,7 @@ typename Model<T>::Vec Model<T>::expert(const ExpertWeights& w, const Vec& x, co
       hmid[k] = v;
     }
   }
+  rb(hmid);  // x.to(dtype) before w2
   return linear_q(hmid, rows, w.w2);
 }
 
@@ -200,6 +218,7 @@ typename Model<T>::Vec Model<T>::moe(int64_t i, const Vec& x, std::span<const ui
   trace_block(i, "ffn.shared", shared, {rows, D});
   for (size_t k = 0; k < y.size(); ++k)
     y[k] += shared[k];
+  rb(y);  // the float accumulator back to the activation dtype
   return y;
 }
 
@@ -238,6 +257,7 @@ void Model<T>::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t slo
   cpu::engram_gate_mix(
       h.data(), kv.data(), w.engram_qk.data(), rows, hc, D, static_cast<T>(cfg_.rms_norm_eps),
       image_mask.empty() ? nullptr : image_mask.data(), tracing() ? gates.data() : nullptr);
+  rb(h);
   trace_block(i, "engram.gate", gates, {rows, hc});
 }
 
@@ -259,10 +279,11 @@ void Model<T>::block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Ve
                   post.data() + r * hc, comb.data() + r * hc * hc);
     cpu::hc_collapse(hr, hc, D, pre_mix.data() + r * hc, x.data() + r * D);
   }
+  rb(x);
   trace_block(i, "attn_mix.pre", attn_pre, {rows, hc});
   trace_block(i, "attn_mix.post", post, {rows, hc});
   trace_block(i, "attn_mix.comb", comb, {rows, hc, hc});
-  cpu::rms_norm(x.data(), rows, D, w.attn_norm.data(), eps);
+  norm(x, rows, D, w.attn_norm);
   trace_block(i, "attn.x", x, {rows, D});
   const Vec a = draft_main_x != nullptr ? dspark_attention(i, st, start, x, *draft_main_x)
                                         : attention(i, st, start, x, shared);
@@ -272,6 +293,7 @@ void Model<T>::block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Ve
     cpu::hc_expand(a.data() + r * D, h.data() + r * hc * D, hc, D, post.data() + r * hc,
                    comb.data() + r * hc * hc, h1.data() + r * hc * D);
   }
+  rb(h1);
   trace_block(i, "mid", h1, {rows, hc, D});
   Vec ffn_pre(static_cast<size_t>(rows * hc));
   for (int64_t r = 0; r < rows; ++r) {
@@ -282,10 +304,11 @@ void Model<T>::block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Ve
     // The FFN input collapses with the attention site's pre-mix (one-sublayer lag, §5.3).
     cpu::hc_collapse(hr, hc, D, attn_pre.data() + r * hc, x.data() + r * D);
   }
+  rb(x);
   trace_block(i, "ffn_mix.pre", ffn_pre, {rows, hc});
   trace_block(i, "ffn_mix.post", post, {rows, hc});
   trace_block(i, "ffn_mix.comb", comb, {rows, hc, hc});
-  cpu::rms_norm(x.data(), rows, D, w.ffn_norm.data(), eps);
+  norm(x, rows, D, w.ffn_norm);
   trace_block(i, "ffn.x", x, {rows, D});
   const Vec f = moe(i, x, shared.image_mask);
   trace_block(i, "ffn.out", f, {rows, D});
@@ -293,6 +316,7 @@ void Model<T>::block_forward(int64_t i, SequenceStateT<T>& st, int64_t start, Ve
     cpu::hc_expand(f.data() + r * D, h1.data() + r * hc * D, hc, D, post.data() + r * hc,
                    comb.data() + r * hc * hc, h.data() + r * hc * D);
   }
+  rb(h);
   trace_block(i, "out", h, {rows, hc, D});
   pre_mix = std::move(ffn_pre);
 }
@@ -353,7 +377,9 @@ void Model<T>::forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids
           T acc = 0;
           for (int64_t c = 0; c < hc; ++c)
             acc += h[static_cast<size_t>((r * hc + c) * D + d)];
-          taps[static_cast<size_t>(r)].push_back(static_cast<double>(acc / static_cast<T>(hc)));
+          T mean = acc / static_cast<T>(hc);
+          rb(std::span<T>(&mean, 1));  // h.mean(dim=2) of the activation dtype
+          taps[static_cast<size_t>(r)].push_back(static_cast<double>(mean));
         }
       }
     }
@@ -372,7 +398,8 @@ void Model<T>::forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids
     for (int64_t r = 0; r < S; ++r) {
       cpu::hc_collapse(h.data() + r * hc * D, hc, D, pre_mix.data() + r * hc, xs.data() + r * D);
     }
-    cpu::rms_norm(xs.data(), S, D, w_.norm.data(), cfg_.rms_norm_eps);
+    rb(xs);
+    norm(xs, S, D, w_.norm);
     trace("final.x", xs, {S, D});
   }
   // Final collapse with the last block's FFN pre-mix, norm, head on the last row (on every row
@@ -384,7 +411,8 @@ void Model<T>::forward_chunk(SequenceStateT<T>& st, std::span<const int64_t> ids
     cpu::hc_collapse(h.data() + r * hc * D, hc, D, pre_mix.data() + r * hc,
                      x.data() + (r - first) * D);
   }
-  cpu::rms_norm(x.data(), n, D, w_.norm.data(), cfg_.rms_norm_eps);
+  rb(x);
+  norm(x, n, D, w_.norm);
   const Vec l = head_logits(x, n);
   const auto V = static_cast<size_t>(cfg_.vocab_size);
   trace("final.logits", Vec(l.end() - static_cast<std::ptrdiff_t>(V), l.end()),

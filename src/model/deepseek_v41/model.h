@@ -2,7 +2,8 @@
 
 // The DeepSeek-V4.1 forward pass on the CPU reference backend, faithful to the official
 // `inference/model.py` (revision dba1be0a): CSA2 attention with shared KV/top-k, Engram,
-// single-pass mHC, MoE, DSpark drafting. T = float (fp32) or double (fp64 validation).
+// single-pass mHC, MoE, DSpark drafting. T = float (fp32, and bf16: fp32 arithmetic with the
+// reference's bf16 tensors rounded where they are produced) or double (fp64 validation).
 //
 // Generalisations over the reference (which supports one prefill chunk at position 0, then
 // one-token decode): any chunk length at any position; window entries come from the ring for
@@ -21,6 +22,7 @@
 #include "config/model_config.h"
 #include "engram/hash_params.h"
 #include "engram/token_map.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/cpu/rope.h"
 #include "loader/checkpoint.h"
 #include "model/deepseek_v41/state.h"
@@ -86,10 +88,29 @@ class Model final : public ForwardModel {
   void engram(int64_t i, const std::vector<int64_t>& hashes, int64_t slot, Vec& h,
               std::span<const uint8_t> image_mask);
   Vec main_x_of(const std::vector<double>& main_hidden_row) const;
-  Vec linear_q(const Vec& x, int64_t rows, const WeightRef& w) const;  // act_quant + GEMM
-  Vec linear(const Vec& x, int64_t rows, const WeightRef& w) const;    // plain GEMM
+  // Attention pieces shared by the backbone and the DSpark stages, for `rows` rows at positions
+  // first_pos..: qr = q_norm(wq_a x) and q = RoPE(wq_b qr); the window K=V (kv_norm(wkv x),
+  // RoPE, FP8 over all head_dim values); the output (inverse RoPE on o, grouped wo_a, wo_b).
+  void queries(const BlockWeights<T>& w, const Vec& x, int64_t rows, int64_t first_pos,
+               const cpu::RopeTable<T>& rope, Vec& qr, Vec& q) const;
+  Vec window_kv(const BlockWeights<T>& w, const Vec& x, int64_t rows, int64_t first_pos,
+                const cpu::RopeTable<T>& rope) const;
+  Vec attention_output(int64_t i, Vec& o, int64_t rows, int64_t first_pos,
+                       const cpu::RopeTable<T>& rope) const;
+  // act_quant + FP8/FP4 GEMM; the output is an activation (bf16 in the bf16 precision).
+  Vec linear_q(const Vec& x, int64_t rows, const WeightRef& w) const;
+  // Plain GEMM with fp32 output (fp32-declared weights: router, head, compressor pooling).
+  Vec linear(const Vec& x, int64_t rows, const WeightRef& w) const;
+  // Plain GEMM over bf16-declared weights; the output is an activation (rounded like linear_q).
+  Vec linear_act(const Vec& x, int64_t rows, const WeightRef& w) const;
   Vec head_logits(const Vec& x, int64_t rows) const;
   const cpu::RopeTable<T>& rope_for(int64_t block) const;
+  // The bf16 precision's rounding of a tensor the reference keeps in bf16 (no-op otherwise).
+  void rb(std::span<T> v) const {
+    if (bf16_) cpu::round_bf16(v);
+  }
+  // RMSNorm in place, its output an activation.
+  void norm(Vec& x, int64_t rows, int64_t dim, const Vec& weight) const;
 
   // Tracing (house rule 6, names of fixtures TRACE.md): each call is a null-pointer test unless
   // a tracer is installed; values are copies, so tracing never changes the arithmetic. Block
@@ -115,6 +136,7 @@ class Model final : public ForwardModel {
   std::shared_ptr<const Checkpoint> ckpt_;
   ModelConfig cfg_;
   ForwardOptions opts_;
+  bool bf16_ = false;  // Precision::kBf16 (T = float): activations rounded to bf16
   ModelWeights<T> w_;
   std::optional<CompressedTokenMap> token_map_;
   std::optional<EngramHashParams> engram_params_;
