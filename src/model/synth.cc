@@ -133,18 +133,6 @@ json to_reference_config_json(const ModelConfig& c) {
   return j;
 }
 
-namespace {
-
-std::vector<int64_t> keep_below(const json& list, int64_t n) {
-  std::vector<int64_t> out;
-  for (const auto& v : list) {
-    if (v.get<int64_t>() < n) out.push_back(v.get<int64_t>());
-  }
-  return out;
-}
-
-}  // namespace
-
 json shrink_config_json(json cfg, const SynthOptions& opt) {
   DI_CHECK(cfg.is_object(), "synth: config must be a JSON object");
   DI_CHECK(!cfg.contains("dim"),
@@ -156,34 +144,92 @@ json shrink_config_json(json cfg, const SynthOptions& opt) {
            "synth: config lacks num_hidden_layers/compress_ratios");
   const int64_t old_layers = t["num_hidden_layers"].get<int64_t>();
   const int64_t old_draft = t.value("num_nextn_predict_layers", int64_t{0});
-  const int64_t layers = opt.layers.value_or(old_layers);
   const int64_t draft = opt.draft_blocks.value_or(old_draft);
-  DI_CHECK(layers >= 1 && layers <= old_layers, "synth: --layers {} outside [1, {}]", layers,
-           old_layers);
+  DI_CHECK(!(opt.layers && !opt.layer_ids.empty()),
+           "synth: --layers and --layer-ids exclude each other");
+  // The kept backbone layers by original id, ascending.
+  std::vector<int64_t> kept = opt.layer_ids;
+  if (kept.empty()) {
+    const int64_t layers = opt.layers.value_or(old_layers);
+    DI_CHECK(layers >= 1 && layers <= old_layers, "synth: --layers {} outside [1, {}]", layers,
+             old_layers);
+    for (int64_t i = 0; i < layers; ++i)
+      kept.push_back(i);
+  } else {
+    DI_CHECK(t.contains("kv_source_layer_ids"),
+             "synth: --layer-ids needs a DeepSeek-V4.1 config (use --layers)");
+    std::sort(kept.begin(), kept.end());
+    DI_CHECK(std::adjacent_find(kept.begin(), kept.end()) == kept.end(),
+             "synth: --layer-ids lists a layer twice");
+    DI_CHECK(kept.front() >= 0 && kept.back() < old_layers, "synth: --layer-ids {} outside [0, {})",
+             kept.back() < old_layers ? kept.front() : kept.back(), old_layers);
+  }
+  const auto layers = static_cast<int64_t>(kept.size());
   DI_CHECK(draft >= 0 && draft <= 8, "synth: --draft-blocks {} outside [0, 8]", draft);
+  auto new_id = [&](int64_t old) -> int64_t {  // -1: not kept
+    auto it = std::lower_bound(kept.begin(), kept.end(), old);
+    return it != kept.end() && *it == old ? it - kept.begin() : -1;
+  };
   std::vector<int64_t> ratios = t["compress_ratios"].get<std::vector<int64_t>>();
-  std::vector<int64_t> new_ratios(ratios.begin(), ratios.begin() + layers);
+  std::vector<int64_t> new_ratios;
+  for (int64_t i : kept)
+    new_ratios.push_back(ratios.at(static_cast<size_t>(i)));
   for (int64_t d = 0; d < draft; ++d) {
     const auto src = static_cast<size_t>(old_layers + d);
     new_ratios.push_back(src < ratios.size() ? ratios[src] : 0);
   }
+  // A kept layer that reads compressed KV, top-k or the candidate pool keeps its source: the
+  // greatest source id not above it (model/layer_plan.cc).
+  auto ids_of = [&](const char* key) {
+    return t.contains(key) ? t[key].get<std::vector<int64_t>>() : std::vector<int64_t>{};
+  };
+  const std::vector<int64_t> kv_src = ids_of("kv_source_layer_ids");
+  const std::vector<int64_t> idx_src = ids_of("index_source_layer_ids");
+  const int64_t cand = t.value("candidate_source_layer_id", int64_t{-1});
+  auto bound = [](const std::vector<int64_t>& src, int64_t layer) {
+    int64_t found = -1;
+    for (int64_t s : src) {
+      if (s <= layer) found = s;
+    }
+    return found;
+  };
+  for (int64_t i : kept) {
+    if (ratios.at(static_cast<size_t>(i)) == 0 || kv_src.empty()) continue;
+    for (const auto& [what, src] :
+         {std::pair{"kv source", bound(kv_src, i)}, std::pair{"index source", bound(idx_src, i)}}) {
+      DI_CHECK(src < 0 || new_id(src) >= 0,
+               "synth: --layer-ids keeps layer {} but not its {} (layer {})", i, what, src);
+    }
+    const bool scores = std::count(kv_src.begin(), kv_src.end(), i) > 0 ||
+                        std::count(idx_src.begin(), idx_src.end(), i) > 0;
+    if (cand >= 0 && cand < i && scores) {
+      DI_CHECK(new_id(cand) >= 0,
+               "synth: --layer-ids keeps layer {} but not the candidate source (layer {})", i,
+               cand);
+    }
+  }
+  auto remap = [&](const std::vector<int64_t>& ids) {
+    std::vector<int64_t> out;
+    for (int64_t id : ids) {
+      if (new_id(id) >= 0) out.push_back(new_id(id));
+    }
+    return out;
+  };
   t["num_hidden_layers"] = layers;
   t["num_nextn_predict_layers"] = draft;
   t["compress_ratios"] = new_ratios;
   for (const char* key : {"kv_source_layer_ids", "index_source_layer_ids"}) {
-    if (t.contains(key)) t[key] = keep_below(t[key], layers);
+    if (t.contains(key)) t[key] = remap(t[key].get<std::vector<int64_t>>());
   }
-  if (t.contains("candidate_source_layer_id") &&
-      t["candidate_source_layer_id"].get<int64_t>() >= layers) {
-    t["candidate_source_layer_id"] = -1;
-  }
+  if (t.contains("candidate_source_layer_id"))
+    t["candidate_source_layer_id"] = cand >= 0 ? new_id(cand) : -1;
   if (t.contains("engram_layer_ids")) {
     auto ids = t["engram_layer_ids"].get<std::vector<int64_t>>();
     auto rows = t["engram_num_embeddings"].get<std::vector<int64_t>>();
     std::vector<int64_t> keep_ids, keep_rows;
     for (size_t i = 0; i < ids.size() && i < rows.size(); ++i) {
-      if (ids[i] < layers) {
-        keep_ids.push_back(ids[i]);
+      if (new_id(ids[i]) >= 0) {
+        keep_ids.push_back(new_id(ids[i]));
         keep_rows.push_back(rows[i]);
       }
     }
@@ -192,13 +238,14 @@ json shrink_config_json(json cfg, const SynthOptions& opt) {
   }
   if (t.contains("dspark_target_layer_ids")) {
     auto taps = t["dspark_target_layer_ids"].get<std::vector<int64_t>>();
-    if (!taps.empty() && taps.back() >= layers) {
+    std::vector<int64_t> kept_taps = remap(taps);
+    if (kept_taps.size() != taps.size()) {  // taps not kept: the last layers instead
       const int64_t k = std::min<int64_t>(static_cast<int64_t>(taps.size()), layers);
-      taps.clear();
+      kept_taps.clear();
       for (int64_t i = 0; i < k; ++i)
-        taps.push_back(layers - k + i);
-      t["dspark_target_layer_ids"] = taps;
+        kept_taps.push_back(layers - k + i);
     }
+    t["dspark_target_layer_ids"] = kept_taps;
   }
   if (t.contains("num_hash_layers")) {
     t["num_hash_layers"] = std::min(t["num_hash_layers"].get<int64_t>(), layers);

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config/model_config.h"
 
@@ -21,8 +22,11 @@ nlohmann::json load_config_json(const std::string& preset_or_path);
 nlohmann::json to_reference_config_json(const ModelConfig& cfg);
 
 struct SynthOptions {
-  std::string config = "v41-flash";     // preset name or config.json path
-  std::optional<int64_t> layers;        // backbone layers kept (source/engram/tap ids remapped)
+  std::string config = "v41-flash";  // preset name or config.json path
+  std::optional<int64_t> layers;     // backbone layers kept (source/engram/tap ids remapped)
+  // V4.1: the backbone layers kept, by original id (e.g. a few of each role); every kept layer's
+  // kv/index/candidate source must be kept too. Exclusive with `layers`.
+  std::vector<int64_t> layer_ids;
   std::optional<int64_t> experts;       // routed experts per layer (draft experts capped by it)
   std::optional<int64_t> draft_blocks;  // num_nextn_predict_layers
   bool vision = true;                   // keep vision_config (V4.1)
@@ -42,8 +46,8 @@ struct SynthResult {
   uint64_t shards = 0;
 };
 
-// Applies --layers/--experts/--draft-blocks/--no-vision to a release config JSON, keeping it
-// consistent (compress_ratios truncated, source/engram/tap layer lists filtered or remapped,
+// Applies --layers/--layer-ids/--experts/--draft-blocks/--no-vision to a release config JSON,
+// keeping it consistent (compress_ratios cut, source/engram/tap layer lists filtered or remapped,
 // engram table sizes re-derived). Returns the modified JSON.
 nlohmann::json shrink_config_json(nlohmann::json cfg, const SynthOptions& opt);
 

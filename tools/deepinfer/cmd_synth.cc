@@ -23,7 +23,12 @@ Command add_synth(CLI::App& root) {
                   "v41-flash | v4-flash | v41-tiny | path to a config.json")
       ->required();
   app->add_option("--out", opt->out, "output directory (created; must be empty)")->required();
-  app->add_option("--layers", *layers, "backbone layers to keep (default: all)");
+  auto layers_opt = app->add_option("--layers", *layers, "backbone layers to keep (default: all)");
+  app->add_option("--layer-ids", opt->layer_ids,
+                  "V4.1: the backbone layers to keep by id, e.g. 0,1,2,3,20,21,24,25 (a few of "
+                  "each role; every kept layer's kv/index/candidate source too)")
+      ->delimiter(',')
+      ->excludes(layers_opt);
   app->add_option("--experts", *experts, "routed experts per layer (default: all)");
   app->add_option("--draft-blocks", *draft, "MTP/DSpark blocks (default: as configured)");
   app->add_option("--seed", opt->seed, "random seed (same seed, same bytes)");

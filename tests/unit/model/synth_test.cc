@@ -14,6 +14,8 @@
 #include "config/engram_params.h"
 #include "loader/checkpoint.h"
 #include "model/catalogue_check.h"
+#include "model/layer_plan.h"
+#include "model/layer_plan.h"
 #include "model/weight_catalogue.h"
 #include "tests_support/temp_dir.h"
 
@@ -60,6 +62,72 @@ TEST(Synth, ShrinkKeepsTheConfigConsistent) {
   EXPECT_EQ(k["text_config"]["candidate_source_layer_id"], 20);
   EXPECT_EQ(k["text_config"]["engram_layer_ids"], json({1, 14}));
   EXPECT_NO_THROW(parse_model_config(k.dump(), "shrunk21"));
+}
+
+// A few layers of every V4.1 role, renumbered: the sources, the candidate pool, Engram and the
+// DSpark taps follow their layers, and the layer plan binds each kept consumer to the same
+// (renumbered) source as in the full model.
+TEST(Synth, LayerIdsKeepAFewLayersOfEachRole) {
+  SynthOptions o;
+  o.layer_ids = {25, 0, 1, 2, 3, 14, 20, 21, 24};  // any order
+  o.experts = 8;
+  const json j = shrink_config_json(preset_config_json("v41-flash"), o);
+  const json& t = j["text_config"];
+  EXPECT_EQ(t["num_hidden_layers"], 9);
+  EXPECT_EQ(t["compress_ratios"], json({0, 0, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0}));
+  EXPECT_EQ(t["kv_source_layer_ids"], json({2, 4, 5}));
+  EXPECT_EQ(t["index_source_layer_ids"], json({2, 4, 5, 7}));
+  EXPECT_EQ(t["candidate_source_layer_id"], 5);
+  EXPECT_EQ(t["engram_layer_ids"], json({1, 4}));
+  EXPECT_EQ(t["engram_num_embeddings"], json({384006168, 384016682}));
+  EXPECT_EQ(t["dspark_target_layer_ids"], json({6, 7, 8}));  // 37..39 not kept: the last three
+  const ModelConfig c = parse_model_config(j.dump(), "roles");
+  const std::vector<LayerPlan> plan = build_layer_plan(c);
+  const ModelConfig full = parse_model_config(preset_config_json("v41-flash").dump(), "full");
+  const std::vector<LayerPlan> full_plan = build_layer_plan(full);
+  const std::vector<int64_t> old_ids = {0, 1, 2, 3, 14, 20, 21, 24, 25};
+  auto renumber = [&](int64_t old) {
+    return old < 0 ? int64_t{-1}
+                   : static_cast<int64_t>(std::find(old_ids.begin(), old_ids.end(), old) -
+                                          old_ids.begin());
+  };
+  for (size_t k = 0; k < old_ids.size(); ++k) {
+    const LayerPlan& a = plan[k];
+    const LayerPlan& b = full_plan[static_cast<size_t>(old_ids[k])];
+    EXPECT_EQ(a.compress_ratio, b.compress_ratio) << k;
+    EXPECT_EQ(a.mode, b.mode) << k;
+    EXPECT_EQ(a.kv_source, renumber(b.kv_source)) << k;
+    EXPECT_EQ(a.index_source, renumber(b.index_source)) << k;
+    EXPECT_EQ(a.candidate_builder, b.candidate_builder) << k;
+    EXPECT_EQ(a.candidate_reader, b.candidate_reader) << k;
+    EXPECT_EQ(a.engram_slot >= 0, b.engram_slot >= 0) << k;
+  }
+}
+
+TEST(Synth, LayerIdsNeedTheSourcesOfTheirLayers) {
+  SynthOptions o;
+  o.layer_ids = {0, 3};  // layer 3 reads layer 2's compressed KV and top-k
+  try {
+    shrink_config_json(preset_config_json("v41-flash"), o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 3 but not its kv source (layer 2)"),
+              std::string::npos)
+        << e.what();
+  }
+  o.layer_ids = {2, 24};  // layer 24 rescans within layer 20's candidate pool
+  EXPECT_THROW(shrink_config_json(preset_config_json("v41-flash"), o), Error);
+  o.layer_ids = {20, 24};
+  EXPECT_NO_THROW(shrink_config_json(preset_config_json("v41-flash"), o));
+  o.layer_ids = {1, 1};
+  EXPECT_THROW(shrink_config_json(preset_config_json("v41-flash"), o), Error);
+  o.layer_ids = {40};
+  EXPECT_THROW(shrink_config_json(preset_config_json("v41-flash"), o), Error);
+  o.layer_ids = {0};
+  o.layers = 2;
+  EXPECT_THROW(shrink_config_json(preset_config_json("v41-flash"), o), Error);
+  o.layers.reset();
+  EXPECT_THROW(shrink_config_json(preset_config_json("v4-flash"), o), Error);  // V4.1 only
 }
 
 TEST(Synth, ShrinkRejectsImpossibleRequests) {
