@@ -1,4 +1,4 @@
-// cuda_forward_bench MODEL_DIR [--prompt N] [--decode N] [--exact]
+// cuda_forward_bench MODEL_DIR [--prompt N] [--decode N] [--exact] [--extrapolate CONFIG]
 // The CUDA forward of a DeepSeek-V4.1 checkpoint (e.g. `deepinfer synth --config v41-flash
 // --layers 4`): one prefill of N tokens, then decode steps of one token; per backbone block the
 // mean GPU time of a decode step (CUDA events at block boundaries, Engram included) against the
@@ -6,13 +6,17 @@
 // top-k routed experts, shared expert, Engram wkv and staged rows) plus the KV bytes its
 // attention and indexer read at this context, over the device-to-device copy bandwidth measured
 // in the same run. --exact: the fp32 run's exact-order linear layers (validation speed);
-// default: the FP8/FP4 tensor-core kernels.
+// default: the FP8/FP4 tensor-core kernels. --extrapolate CONFIG (a preset such as v41-flash, or
+// a config.json): the full model's decode step at batch 1, each of its layers timed as the mean
+// of the measured layers of the same role (ratio, attention mode, candidate pool, Engram; e.g. a
+// checkpoint from `deepinfer synth --layer-ids 0,1,2,3,14,20,21,24,25`), plus the measured head.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +29,7 @@
 #include "kernels/params/kv_cache.h"
 #include "model/deepseek_v41/cuda_model.h"
 #include "model/layer_plan.h"
+#include "model/synth.h"
 #include "model/weight_catalogue.h"
 
 namespace {
@@ -79,19 +84,73 @@ double kv_bytes(const di::ModelConfig& cfg, const di::LayerPlan& p, int64_t ctx)
   return bytes;
 }
 
+// The role of a layer for the extrapolation: layers of one role run the same kernels on the same
+// shapes (up to the KV they read, which the context sets alike for all of them).
+std::string role_of(const di::LayerPlan& p) {
+  return std::to_string(p.compress_ratio) + "/" + std::string(di::attn_mode_name(p.mode)) +
+         (p.candidate_builder ? "/pool" : "") + (p.candidate_reader ? "/reads-pool" : "") +
+         (p.engram_slot >= 0 ? "/engram" : "");
+}
+
+// The full model's decode step from the measured per-block microseconds; returns false (and
+// names the role) when the measured checkpoint lacks a role the full model has.
+bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
+                 const std::vector<di::LayerPlan>& measured, const std::vector<double>& us,
+                 double head_us, int64_t ctx, double copy_gbs) {
+  const di::ModelConfig full = di::parse_model_config(di::load_config_json(config).dump(), config);
+  const std::vector<di::LayerPlan> plan = di::build_layer_plan(full);
+  const std::vector<double> wbytes = weight_bytes_per_block(full, plan);
+  std::map<std::string, std::pair<double, int>> by_role;
+  for (int64_t b = 0; b < measured_cfg.num_layers; ++b) {
+    auto& [sum, n] = by_role[role_of(measured[static_cast<size_t>(b)])];
+    sum += us[static_cast<size_t>(b)];
+    ++n;
+  }
+  double total = head_us, floor_total = 0;
+  std::map<std::string, int> counts;
+  for (int64_t b = 0; b < full.num_layers; ++b) {
+    const std::string role = role_of(plan[static_cast<size_t>(b)]);
+    auto it = by_role.find(role);
+    if (it == by_role.end()) {
+      std::printf("extrapolation to %s: layer %lld has role %s, which the measured model lacks\n",
+                  config.c_str(), static_cast<long long>(b), role.c_str());
+      return false;
+    }
+    total += it->second.first / it->second.second;
+    floor_total +=
+        (wbytes[static_cast<size_t>(b)] + kv_bytes(full, plan[static_cast<size_t>(b)], ctx)) /
+        (copy_gbs * 1e9) * 1e6;
+    ++counts[role];
+  }
+  std::printf("extrapolation to %s (%lld layers) at batch 1, context %lld: roles", config.c_str(),
+              static_cast<long long>(full.num_layers), static_cast<long long>(ctx));
+  for (const auto& [role, n] : counts)
+    std::printf(" %s x%d", role.c_str(), n);
+  std::printf(
+      "\n  decode step %.1f us (blocks + head) = %.1f tok/s; blocks' HBM floor %.1f us (%.2fx); "
+      "one H200, no DSpark\n",
+      total, 1e6 / total, floor_total, (total - head_us) / floor_total);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR [--prompt N] [--decode N] [--exact]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s MODEL_DIR [--prompt N] [--decode N] [--exact] [--extrapolate CONFIG]\n",
+                 argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
   int64_t prompt = 4096, decode = 16;
   bool exact = false;
+  std::string extrapolate_to;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--exact") == 0) {
       exact = true;
+    } else if (std::strcmp(argv[i], "--extrapolate") == 0 && i + 1 < argc) {
+      extrapolate_to = argv[++i];
     } else if (std::strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) {
       prompt = std::atoll(argv[++i]);
     } else if (std::strcmp(argv[i], "--decode") == 0 && i + 1 < argc) {
@@ -154,8 +213,10 @@ int main(int argc, char** argv) {
     std::printf("%5s %6s %8s %4s %10s %10s %10s %7s\n", "block", "ratio", "mode", "eng", "us/step",
                 "MB", "floor us", "x floor");
     double total_us = 0, total_floor = 0;
+    std::vector<double> block_us(L);
     for (size_t b = 0; b < L; ++b) {
       const double us = 1e3 * sum[b] / static_cast<double>(std::max<int64_t>(decode, 1));
+      block_us[b] = us;
       const double bytes = wbytes[b] + kv_bytes(cfg, plan[b], prompt + decode / 2);
       const double floor_us = bytes / (copy * 1e9) * 1e6;
       total_us += us;
@@ -168,6 +229,10 @@ int main(int argc, char** argv) {
     const double head_us = 1e3 * sum[L] / static_cast<double>(std::max<int64_t>(decode, 1));
     std::printf("blocks: %.1f us/step vs floor %.1f us (%.2fx); collapse + norm + head %.1f us\n",
                 total_us, total_floor, total_us / total_floor, head_us);
+    if (!extrapolate_to.empty() &&
+        !extrapolate(extrapolate_to, cfg, plan, block_us, head_us, prompt + decode / 2, copy)) {
+      return 1;
+    }
     return 0;
   } catch (const di::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
