@@ -660,9 +660,11 @@ void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
     cur_block_ = i;
     mark_block(static_cast<size_t>(i));
     if (p.engram_slot >= 0) engram(i, hashes, S);
-    if (std::find(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(), i) !=
-        cfg_.dspark_target_layer_ids.end()) {
-      // DSpark taps: the mean of the hc streams, as the CPU computes it (float sums, stream order).
+    // DSpark taps, for models with draft stages only (the read-back waits for the GPU).
+    if (cfg_.num_nextn_predict_layers > 0 &&
+        std::find(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(), i) !=
+            cfg_.dspark_target_layer_ids.end()) {
+      // The mean of the hc streams, as the CPU computes it (float sums, stream order).
       std::vector<float> h(static_cast<size_t>(S * hc * D));
       DI_CUDA_CHECK(cudaMemcpyAsync(h.data(), buf<float>("h", S * hc * D), h.size() * sizeof(float),
                                     cudaMemcpyDeviceToHost, stream_.get()));
