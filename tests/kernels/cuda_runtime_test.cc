@@ -13,6 +13,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_arena.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/pinned_arena.h"
 #include "common/error.h"
 #include "tests_support/error_of.h"
 
@@ -121,6 +122,43 @@ TEST_F(CudaRuntimeTest, StreamsAndEvents) {
   plain.record(moved.get());
   plain.synchronize();
   EXPECT_TRUE(plain.query());
+}
+
+// Pinned upload memory: allocations are aligned, never move while the arena grows (a queued copy
+// may still read them), copy to the device asynchronously, and reset() folds the chunks into one.
+TEST_F(CudaRuntimeTest, PinnedArenaKeepsAllocationsUntilResetAndFolds) {
+  PinnedArena arena("test uploads", 4096);
+  EXPECT_EQ(arena.chunks(), 1u);
+  std::span<std::byte> a = arena.allocate(1000);
+  std::memset(a.data(), 0xAB, a.size());
+  std::span<std::byte> b = arena.allocate(3000, 256);  // does not fit after a: a second chunk
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 256, 0u);
+  std::memset(b.data(), 0xCD, b.size());
+  EXPECT_EQ(arena.chunks(), 2u);
+  for (std::byte v : a)
+    ASSERT_EQ(v, std::byte{0xAB});  // untouched by the growth
+  EXPECT_GE(arena.used_bytes(), 4000u);
+  // Both regions reach the device through queued copies.
+  Stream stream;
+  DeviceBuffer dev(4000, "pinned round trip");
+  dev.copy_from_host_async(a.data(), a.size(), stream.get());
+  dev.copy_from_host_async(b.data(), b.size(), stream.get(), 1000);
+  std::vector<std::byte> back(4000);
+  dev.copy_to_host_async(back.data(), back.size(), stream.get());
+  stream.synchronize();
+  EXPECT_EQ(std::memcmp(back.data(), a.data(), 1000), 0);
+  EXPECT_EQ(std::memcmp(back.data() + 1000, b.data(), 3000), 0);
+  const size_t capacity = arena.capacity_bytes();
+  arena.reset();
+  EXPECT_EQ(arena.chunks(), 1u);
+  EXPECT_EQ(arena.capacity_bytes(), capacity);
+  EXPECT_EQ(arena.used_bytes(), 0u);
+  std::span<std::byte> c = arena.allocate(capacity - 64);  // the folded chunk holds the step
+  EXPECT_EQ(arena.chunks(), 1u);
+  EXPECT_EQ(c.size(), capacity - 64);
+  EXPECT_NE(error_of([&] { arena.allocate(8, 3); }).find("alignment 3"), std::string::npos);
+  PinnedArena moved(std::move(arena));
+  EXPECT_EQ(moved.chunks(), 1u);
 }
 
 TEST_F(CudaRuntimeTest, ArenaHandsOutThePlannedBuffers) {

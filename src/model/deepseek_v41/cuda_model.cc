@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/pinned_arena.h"
 #include "common/check.h"
 #include "engram/hash_params.h"
 #include "engram/ngram_hash.h"
@@ -220,7 +221,7 @@ class CudaModel final : public ForwardModel {
   const float* freqs_compressed_ = nullptr;
   DeviceBuffer zero_page_;  // int32 0: the page list of every single-page table
   std::map<std::string, DeviceBuffer> scratch_;
-  std::vector<std::vector<std::byte>> staged_;  // host sources of this step's async uploads
+  PinnedArena uploads_{"CUDA forward uploads"};  // host sources of this step's async uploads
   int swa_bytes_ = 0, comp_bytes_ = 0, key_bytes_ = 0;
   bool image_rows_ = false;  // this step has an image mask ("image_mask" buffer)
   // DI_CUDA_SYNC_CHECK=1: synchronize after every op and name the op in any CUDA error (a
@@ -401,9 +402,12 @@ T* CudaModel::upload(const std::string& name, std::span<const T> v) {
   T* dst = buf<T>(name, static_cast<int64_t>(v.size()));
   if (v.empty()) return dst;
   const auto bytes = std::as_bytes(v);
-  staged_.emplace_back(bytes.begin(), bytes.end());
-  DI_CUDA_CHECK(cudaMemcpyAsync(dst, staged_.back().data(), bytes.size(), cudaMemcpyHostToDevice,
-                                stream_.get()));
+  // From pinned memory the copy is queued like a launch (from pageable memory it would wait for
+  // the stream's earlier work); the source stays valid until the step's end.
+  const std::span<std::byte> src = uploads_.allocate(bytes.size());
+  std::memcpy(src.data(), bytes.data(), bytes.size());
+  DI_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src.data(), bytes.size(), cudaMemcpyHostToDevice, stream_.get()));
   return dst;
 }
 
@@ -618,7 +622,7 @@ void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
   }
   DI_CHECK(image_mask.empty() || image_mask.size() == ids.size(),
            "forward: image mask has {} entries for {} tokens", image_mask.size(), ids.size());
-  staged_.clear();
+  uploads_.reset();  // the previous step ended with a synchronization
   std::vector<int64_t> hashes;
   if (engram_params_) {
     hashes = engram_hash_chunk(*engram_params_, *token_map_, ids, image_mask, st.engram);
@@ -712,7 +716,7 @@ void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
                                 stream_.get()));
   mark_block(static_cast<size_t>(cfg_.num_layers) + 1);
   stream_.synchronize();
-  staged_.clear();
+  uploads_.reset();
   if (cuda_.time_blocks) {
     block_ms_.clear();
     for (size_t k = 0; k + 1 < block_events_.size(); ++k)
@@ -1270,10 +1274,16 @@ void CudaModel::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t S)
   for (int64_t r = 0; r < S; ++r) {
     std::copy_n(hashes.begin() + (r * layers + slot) * cols, cols, row_ids.begin() + r * cols);
   }
-  std::vector<uint8_t> staging(engram_staging_bytes(*hw.engram_table, S * cols));
-  gather_engram_rows(*hw.engram_table, row_ids, staging);
+  // The rows go straight into pinned memory, then one queued copy.
+  const size_t bytes = engram_staging_bytes(*hw.engram_table, S * cols);
+  const std::span<std::byte> staging = uploads_.allocate(bytes);
+  gather_engram_rows(*hw.engram_table, row_ids,
+                     std::span<uint8_t>(reinterpret_cast<uint8_t*>(staging.data()), bytes));
+  uint8_t* staged = buf<uint8_t>("engram.staging", static_cast<int64_t>(bytes));
+  DI_CUDA_CHECK(
+      cudaMemcpyAsync(staged, staging.data(), bytes, cudaMemcpyHostToDevice, stream_.get()));
   EngramDecodeParams dp;
-  dp.staging = upload<uint8_t>("engram.staging", staging);
+  dp.staging = staged;
   dp.out = buf<float>("engram.e", S * cols * hd);
   dp.rows = S * cols;
   dp.cols = hd;
