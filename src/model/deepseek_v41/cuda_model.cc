@@ -657,30 +657,37 @@ void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
     pre0[static_cast<size_t>(r * hc)] = 1.0f;
   upload<float>("pre_mix", pre0);
 
-  taps.assign(static_cast<size_t>(S), {});
+  // DSpark taps (models with draft stages): at each target layer the mean of the hc streams, on
+  // the GPU as the collapse with weights 1/4 (exact scaling with hc = 4, so bitwise the CPU's
+  // stream-order float sum / 4) into [taps, S, D], read back with the logits.
+  const int64_t n_taps = cfg_.num_nextn_predict_layers > 0
+                             ? static_cast<int64_t>(cfg_.dspark_target_layer_ids.size())
+                             : 0;
+  float* taps_dev = n_taps > 0 ? buf<float>("taps", n_taps * S * D) : nullptr;
+  const float* quarter =
+      n_taps > 0 ? upload<float>("taps.pre", std::vector<float>(static_cast<size_t>(S * hc), 0.25f))
+                 : nullptr;
   Shared shared;
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
     cur_block_ = i;
     mark_block(static_cast<size_t>(i));
     if (p.engram_slot >= 0) engram(i, hashes, S);
-    // DSpark taps, for models with draft stages only (the read-back waits for the GPU).
-    if (cfg_.num_nextn_predict_layers > 0 &&
-        std::find(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(), i) !=
-            cfg_.dspark_target_layer_ids.end()) {
-      // The mean of the hc streams, as the CPU computes it (float sums, stream order).
-      std::vector<float> h(static_cast<size_t>(S * hc * D));
-      DI_CUDA_CHECK(cudaMemcpyAsync(h.data(), buf<float>("h", S * hc * D), h.size() * sizeof(float),
-                                    cudaMemcpyDeviceToHost, stream_.get()));
-      stream_.synchronize();
-      for (int64_t r = 0; r < S; ++r) {
-        for (int64_t d = 0; d < D; ++d) {
-          float acc = 0;
-          for (int64_t c = 0; c < hc; ++c)
-            acc += h[static_cast<size_t>((r * hc + c) * D + d)];
-          taps[static_cast<size_t>(r)].push_back(static_cast<double>(acc / static_cast<float>(hc)));
-        }
-      }
+    const auto tap =
+        std::find(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(), i);
+    if (n_taps > 0 && tap != cfg_.dspark_target_layer_ids.end()) {
+      MhcCollapseParams cp;
+      cp.stream = buf<float>("h", S * hc * D);
+      cp.pre = quarter;
+      cp.tokens = S;
+      cp.dim = D;
+      // Taps are concatenated in layer order (the CPU's), whatever the order of the id list.
+      const auto k =
+          std::count_if(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(),
+                        [&](int64_t t) { return t < i; });
+      cp.out = taps_dev + k * S * D;
+      mhc_collapse(cp, stream_.get());
+      after("mhc_collapse (DSpark taps)");
     }
     block_forward(i, st, start, S, shared);
   }
@@ -714,6 +721,11 @@ void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
   std::vector<float> l(static_cast<size_t>(n * V));
   DI_CUDA_CHECK(cudaMemcpyAsync(l.data(), dl, l.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                 stream_.get()));
+  std::vector<float> tap_values(static_cast<size_t>(n_taps * S * D));
+  if (n_taps > 0) {
+    DI_CUDA_CHECK(cudaMemcpyAsync(tap_values.data(), taps_dev, tap_values.size() * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream_.get()));
+  }
   mark_block(static_cast<size_t>(cfg_.num_layers) + 1);
   stream_.synchronize();
   uploads_.reset();
@@ -727,6 +739,13 @@ void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
     tracer_->record("final.logits", last, {1, V});
   }
   logits.assign(l.end() - V, l.end());
+  taps.assign(static_cast<size_t>(S), {});
+  for (int64_t r = 0; r < S; ++r) {
+    for (int64_t k = 0; k < n_taps; ++k) {
+      const float* m = tap_values.data() + (k * S + r) * D;
+      taps[static_cast<size_t>(r)].insert(taps[static_cast<size_t>(r)].end(), m, m + D);
+    }
+  }
   if (all_logits != nullptr) all_logits->assign(l.begin(), l.end());
 }
 
