@@ -15,7 +15,6 @@
 #include "loader/checkpoint.h"
 #include "model/catalogue_check.h"
 #include "model/layer_plan.h"
-#include "model/layer_plan.h"
 #include "model/weight_catalogue.h"
 #include "tests_support/temp_dir.h"
 
