@@ -622,7 +622,10 @@ void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
   }
   DI_CHECK(image_mask.empty() || image_mask.size() == ids.size(),
            "forward: image mask has {} entries for {} tokens", image_mask.size(), ids.size());
-  uploads_.reset();  // the previous step ended with a synchronization
+  // The pinned uploads of the previous step are free once its copies ran (a no-op wait after a
+  // completed step; after a step that threw, queued copies may still read them).
+  stream_.synchronize();
+  uploads_.reset();
   std::vector<int64_t> hashes;
   if (engram_params_) {
     hashes = engram_hash_chunk(*engram_params_, *token_map_, ids, image_mask, st.engram);
