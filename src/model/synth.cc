@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "core/host_buffer.h"
 #include "loader/safetensors_writer.h"
+#include "model/layer_plan.h"
 #include "model/synth_payload.h"
 #include "model/weight_catalogue.h"
 
@@ -178,32 +179,19 @@ json shrink_config_json(json cfg, const SynthOptions& opt) {
     const auto src = static_cast<size_t>(old_layers + d);
     new_ratios.push_back(src < ratios.size() ? ratios[src] : 0);
   }
-  // A kept layer that reads compressed KV, top-k or the candidate pool keeps its source: the
-  // greatest source id not above it (model/layer_plan.cc).
-  auto ids_of = [&](const char* key) {
-    return t.contains(key) ? t[key].get<std::vector<int64_t>>() : std::vector<int64_t>{};
-  };
-  const std::vector<int64_t> kv_src = ids_of("kv_source_layer_ids");
-  const std::vector<int64_t> idx_src = ids_of("index_source_layer_ids");
+  // A kept layer that reads compressed KV, top-k or the candidate pool keeps its source, as the
+  // full model's layer plan binds it.
   const int64_t cand = t.value("candidate_source_layer_id", int64_t{-1});
-  auto bound = [](const std::vector<int64_t>& src, int64_t layer) {
-    int64_t found = -1;
-    for (int64_t s : src) {
-      if (s <= layer) found = s;
-    }
-    return found;
-  };
-  for (int64_t i : kept) {
-    if (ratios.at(static_cast<size_t>(i)) == 0 || kv_src.empty()) continue;
-    for (const auto& [what, src] :
-         {std::pair{"kv source", bound(kv_src, i)}, std::pair{"index source", bound(idx_src, i)}}) {
-      DI_CHECK(src < 0 || new_id(src) >= 0,
-               "synth: --layer-ids keeps layer {} but not its {} (layer {})", i, what, src);
-    }
-    const bool scores = std::count(kv_src.begin(), kv_src.end(), i) > 0 ||
-                        std::count(idx_src.begin(), idx_src.end(), i) > 0;
-    if (cand >= 0 && cand < i && scores) {
-      DI_CHECK(new_id(cand) >= 0,
+  if (!opt.layer_ids.empty()) {
+    const std::vector<LayerPlan> plan = build_layer_plan(parse_model_config(cfg.dump(), "synth"));
+    for (int64_t i : kept) {
+      const LayerPlan& p = plan.at(static_cast<size_t>(i));
+      for (const auto& [what, src] :
+           {std::pair{"kv source", p.kv_source}, std::pair{"index source", p.index_source}}) {
+        DI_CHECK(src < 0 || new_id(src) >= 0,
+                 "synth: --layer-ids keeps layer {} but not its {} (layer {})", i, what, src);
+      }
+      DI_CHECK(!p.candidate_reader || new_id(cand) >= 0,
                "synth: --layer-ids keeps layer {} but not the candidate source (layer {})", i,
                cand);
     }
