@@ -4,30 +4,19 @@
 #include <cmath>
 #include <limits>
 
-#include "common/bf16.h"
 #include "common/check.h"
 #include "kernels/cpu/moe_gate.h"
+#include "kernels/cpu/quant.h"
 
 namespace di::cpu {
 
-namespace {
-
-// Rounds to bf16 in the bf16 variant; the identity otherwise.
-template <bool kBf16, typename T>
-T maybe_bf16(T v) {
-  if constexpr (kBf16) {
-    return bf16_to_float(bf16_from_float(v));
-  } else {
-    return v;
-  }
-}
-
-template <bool kBf16, typename T>
-void score_row(const T* q, const T* weights, const T* keys, int64_t n_keys, int64_t visible,
-               int64_t heads, int64_t dim, T* out) {
+template <typename T>
+void indexer_score(const T* q, const T* weights, const T* keys, int64_t n_keys, int64_t visible,
+                   int64_t heads, int64_t dim, T* out, bool bf16_steps) {
   DI_CHECK(dim > 0 && dim % kIndexerDotBlock == 0,
            "indexer_score: dim {} must be a positive multiple of {}", dim, kIndexerDotBlock);
   DI_CHECK(n_keys >= 0 && heads > 0, "indexer_score: n_keys {}, heads {}", n_keys, heads);
+  auto step = [bf16_steps](T v) { return bf16_steps ? round_bf16(v) : v; };
   const int64_t live = std::clamp<int64_t>(visible, 0, n_keys);
   for (int64_t t = 0; t < live; ++t) {
     const T* k = keys + t * dim;
@@ -43,27 +32,14 @@ void score_row(const T* q, const T* weights, const T* keys, int64_t n_keys, int6
         }
         dot = dot + block;
       }
-      const T relu = std::max(maybe_bf16<kBf16>(dot), T(0));
-      const T term = maybe_bf16<kBf16>(relu * weights[h]);
+      const T relu = std::max(step(dot), T(0));
+      const T term = step(relu * weights[h]);
       score = score + term;
     }
-    out[t] = maybe_bf16<kBf16>(score);
+    out[t] = step(score);
   }
   for (int64_t t = live; t < n_keys; ++t)
     out[t] = -std::numeric_limits<T>::infinity();
-}
-
-}  // namespace
-
-template <typename T>
-void indexer_score(const T* q, const T* weights, const T* keys, int64_t n_keys, int64_t visible,
-                   int64_t heads, int64_t dim, T* out) {
-  score_row<false>(q, weights, keys, n_keys, visible, heads, dim, out);
-}
-
-void indexer_score_bf16(const float* q, const float* weights, const float* keys, int64_t n_keys,
-                        int64_t visible, int64_t heads, int64_t dim, float* out) {
-  score_row<true>(q, weights, keys, n_keys, visible, heads, dim, out);
 }
 
 template <typename T>
@@ -118,7 +94,7 @@ std::vector<int32_t> select_topk(const T* scores, int64_t n, int64_t visible, in
 
 #define DI_INSTANTIATE_INDEXER(T)                                                                  \
   template void indexer_score<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, \
-                                 T*);                                                              \
+                                 T*, bool);                                                        \
   template void candidate_pool<T>(const T*, int64_t, int64_t, int64_t, int64_t, uint8_t*);         \
   template void apply_candidate_mask<T>(T*, int64_t, const uint8_t*, int64_t);                     \
   template std::vector<int32_t> select_topk<T>(const T*, int64_t, int64_t, int64_t);

@@ -24,16 +24,12 @@ inline constexpr int64_t kIndexerDotBlock = 32;  // the UE8M0 scale block of q a
 
 // q: [heads, dim] one query row; weights: [heads] (already scaled by dim^-1/2 * heads^-1/2);
 // keys: [>= min(visible, n_keys), dim] row-major; out: [n_keys]. out[t] = score for
-// t < visible, -inf for visible <= t < n_keys. dim % 32 == 0.
+// t < visible, -inf for visible <= t < n_keys. dim % 32 == 0. `bf16_steps`: the reference's bf16
+// run (its default dtype bf16): each head's dot is rounded to bf16, relu, times the (bf16) weight
+// rounded to bf16, the heads summed in T and the sum rounded to bf16.
 template <typename T>
 void indexer_score(const T* q, const T* weights, const T* keys, int64_t n_keys, int64_t visible,
-                   int64_t heads, int64_t dim, T* out);
-
-// indexer_score with the reference's bf16 steps (its default dtype bf16): each head's dot is
-// rounded to bf16, relu, times the (bf16) weight rounded to bf16, and the heads are summed in
-// float and the sum rounded to bf16. Same arguments as indexer_score.
-void indexer_score_bf16(const float* q, const float* weights, const float* keys, int64_t n_keys,
-                        int64_t visible, int64_t heads, int64_t dim, float* out);
+                   int64_t heads, int64_t dim, T* out, bool bf16_steps = false);
 
 // Layer-20 candidate pool of one query row. scores: [n] (the row's indexer scores, -inf at
 // t >= visible); mask: [n] out, 1 = position kept. Block b = positions [b*block_size,

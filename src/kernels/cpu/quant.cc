@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/bf16.h"
 #include "common/check.h"
 #include "common/fp4.h"
 #include "common/fp8.h"
@@ -93,24 +92,11 @@ void fp4_quant_e4m3(std::span<T> x, int block) {
   }
 }
 
-template <typename T>
-void round_bf16(std::span<T> x) {
-  for (T& v : x) {
-    if constexpr (std::is_same_v<T, double>) {
-      v = static_cast<T>(bf16_to_float(bf16_from_double(v)));
-    } else {
-      v = bf16_to_float(bf16_from_float(v));
-    }
-  }
-}
-
 template void act_quant_e4m3<float>(std::span<float>, int);
 template void act_quant_e4m3<double>(std::span<double>, int);
 template void fp4_quant_ue8m0<float>(std::span<float>, int);
 template void fp4_quant_ue8m0<double>(std::span<double>, int);
 template void fp4_quant_e4m3<float>(std::span<float>, int);
 template void fp4_quant_e4m3<double>(std::span<double>, int);
-template void round_bf16<float>(std::span<float>);
-template void round_bf16<double>(std::span<double>);
 
 }  // namespace di::cpu

@@ -7,6 +7,9 @@
 
 #include <cstdint>
 #include <span>
+#include <type_traits>
+
+#include "common/bf16.h"
 
 namespace di::cpu {
 
@@ -27,9 +30,22 @@ void fp4_quant_ue8m0(std::span<T> x, int block);
 template <typename T>
 void fp4_quant_e4m3(std::span<T> x, int block);
 
-// Each value rounded to bf16 (nearest, ties to even) in place: where the reference, run in its
-// default dtype bf16, stores a tensor as bf16 (the bf16 precision of the CPU forward).
+// v rounded to bf16 (nearest, ties to even; a double rounded once): where the reference, run in
+// its default dtype bf16, stores a value as bf16 (the bf16 precision of the CPU forward).
 template <typename T>
-void round_bf16(std::span<T> x);
+inline T round_bf16(T v) {
+  if constexpr (std::is_same_v<T, double>) {
+    return static_cast<T>(bf16_to_float(bf16_from_double(v)));
+  } else {
+    return bf16_to_float(bf16_from_float(v));
+  }
+}
+
+// Each value rounded to bf16 in place.
+template <typename T>
+void round_bf16(std::span<T> x) {
+  for (T& v : x)
+    v = round_bf16(v);
+}
 
 }  // namespace di::cpu

@@ -39,8 +39,7 @@ void sparse_attention(const T* q, int64_t rows, int64_t heads, int64_t dim, cons
         if (ids[t] < 0) continue;
         const T p = std::exp(s[static_cast<size_t>(t)] - m);
         den += p;
-        T pv = p;
-        if (bf16_probs) round_bf16(std::span<T>(&pv, 1));
+        const T pv = bf16_probs ? round_bf16(p) : p;
         const T* k = kv + static_cast<int64_t>(ids[t]) * dim;
         for (int64_t d = 0; d < dim; ++d)
           o[d] += pv * k[d];

@@ -108,20 +108,8 @@ std::vector<std::vector<int32_t>> Model<T>::indexer(int64_t i, SequenceStateT<T>
   std::vector<int64_t> traced_candidates;  // [rows, visible_total], candidate builders
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t visible = (start + r + 1) / ratio;  // group j visible iff j < (pos+1)/ratio
-    const T* qrow = q.data() + r * IH * IHD;
-    const T* wrow = weights.data() + r * IH;
-    if constexpr (std::is_same_v<T, float>) {
-      if (bf16_) {
-        cpu::indexer_score_bf16(qrow, wrow, ks.index_keys.data(), visible_total, visible, IH, IHD,
-                                score.data());
-      } else {
-        cpu::indexer_score(qrow, wrow, ks.index_keys.data(), visible_total, visible, IH, IHD,
-                           score.data());
-      }
-    } else {
-      cpu::indexer_score(qrow, wrow, ks.index_keys.data(), visible_total, visible, IH, IHD,
-                         score.data());
-    }
+    cpu::indexer_score(q.data() + r * IH * IHD, weights.data() + r * IH, ks.index_keys.data(),
+                       visible_total, visible, IH, IHD, score.data(), bf16_);
     if (p.candidate_builder) {
       // Level one: keep the best `candidate_topk_blocks` blocks (block score = max over its
       // positions; the block holding the newest visible position pinned to +inf).

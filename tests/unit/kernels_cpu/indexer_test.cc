@@ -180,7 +180,7 @@ TEST(IndexerBf16Test, DotProductAndSumRoundedToBf16) {
     keys[static_cast<size_t>(d)] = 1.0f + 0x1p-7f + 0x1p-9f;
   const std::vector<float> w = {0.3f, 0.1f};
   std::vector<float> out(2), plain(2);
-  indexer_score_bf16(q.data(), w.data(), keys.data(), 2, 1, 2, 32, out.data());
+  indexer_score(q.data(), w.data(), keys.data(), 2, 1, 2, 32, out.data(), /*bf16_steps=*/true);
   indexer_score(q.data(), w.data(), keys.data(), 2, 1, 2, 32, plain.data());
   EXPECT_EQ(out[0], 12.875f);
   EXPECT_EQ(out[1], -kInf<float>);
