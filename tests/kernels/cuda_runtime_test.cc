@@ -131,23 +131,23 @@ TEST_F(CudaRuntimeTest, PinnedArenaKeepsAllocationsUntilResetAndFolds) {
   EXPECT_EQ(arena.chunks(), 1u);
   std::span<std::byte> a = arena.allocate(1000);
   std::memset(a.data(), 0xAB, a.size());
-  std::span<std::byte> b = arena.allocate(3000, 256);  // does not fit after a: a second chunk
+  std::span<std::byte> b = arena.allocate(3100, 256);  // 1024 + 3100 > 4096: a second chunk
   EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 256, 0u);
   std::memset(b.data(), 0xCD, b.size());
   EXPECT_EQ(arena.chunks(), 2u);
   for (std::byte v : a)
     ASSERT_EQ(v, std::byte{0xAB});  // untouched by the growth
-  EXPECT_GE(arena.used_bytes(), 4000u);
+  EXPECT_GE(arena.used_bytes(), 4100u);
   // Both regions reach the device through queued copies.
   Stream stream;
-  DeviceBuffer dev(4000, "pinned round trip");
+  DeviceBuffer dev(4100, "pinned round trip");
   dev.copy_from_host_async(a.data(), a.size(), stream.get());
   dev.copy_from_host_async(b.data(), b.size(), stream.get(), 1000);
-  std::vector<std::byte> back(4000);
+  std::vector<std::byte> back(4100);
   dev.copy_to_host_async(back.data(), back.size(), stream.get());
   stream.synchronize();
   EXPECT_EQ(std::memcmp(back.data(), a.data(), 1000), 0);
-  EXPECT_EQ(std::memcmp(back.data() + 1000, b.data(), 3000), 0);
+  EXPECT_EQ(std::memcmp(back.data() + 1000, b.data(), 3100), 0);
   const size_t capacity = arena.capacity_bytes();
   arena.reset();
   EXPECT_EQ(arena.chunks(), 1u);
