@@ -80,3 +80,16 @@ void MappedFile::release(size_t offset, size_t len) const noexcept {
 }
 
 }  // namespace di
+
+namespace di {
+
+void advise_random_access(std::span<const std::byte> range) noexcept {
+  if (range.empty()) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  // The pages the range touches (neighbours sharing the edge pages only lose their readahead).
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(range.data()) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(range.data()) + range.size();
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM);
+}
+
+}  // namespace di

@@ -34,4 +34,10 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Marks a mapped range as randomly accessed (madvise MADV_RANDOM on the pages it spans): a page
+// fault then reads that page only, with no readahead. For tables read a few rows at a time at
+// random (the Engram tables): with readahead every row costs ~32 pages of I/O or zero-fill, which
+// measured ~300x slower on a sparse 92 GiB file (docs/PERF.md). Best effort: errors are ignored.
+void advise_random_access(std::span<const std::byte> range) noexcept;
+
 }  // namespace di

@@ -1,6 +1,7 @@
 #include "model/deepseek_v41/weights.h"
 
 #include "common/check.h"
+#include "core/mapped_file.h"
 #include "model/weight_catalogue.h"
 
 namespace di::v41 {
@@ -94,6 +95,9 @@ ModelWeights<T> bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt) {
       const std::string E = P + "engram.";
       w.engram_table = cpu::fp8_block_weight(b.view(E + "embed.weight"), b.view(E + "embed.scale"),
                                              1, 32, E + "embed");
+      // Rows are read a few at a time at random (the n-gram hashes): no readahead.
+      advise_random_access(w.engram_table->weight.bytes());
+      advise_random_access(w.engram_table->scale.bytes());
       w.engram_wkv = b.fp8(E + "wkv");
       std::vector<T> q = b.vec(E + "q_weight"), k = b.vec(E + "k_weight");
       w.engram_qk.resize(q.size());

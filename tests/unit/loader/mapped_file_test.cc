@@ -1,0 +1,78 @@
+#include "core/mapped_file.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/error.h"
+#include "tests_support/temp_dir.h"
+
+namespace di {
+namespace {
+
+// The VmFlags line of the mapping of /proc/self/smaps that holds address `p` ("" if none).
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' &&
+        line.find(' ') != std::string::npos && line.find(':') > line.find(' ')) {
+      inside = addr >= lo && addr < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST(MappedFile, MapsTheBytesAndNamesAMissingFile) {
+  testing::TempDir dir;
+  std::string content(3 * 4096 + 17, '\0');
+  for (size_t i = 0; i < content.size(); ++i)
+    content[i] = static_cast<char>(i * 31 + 7);
+  testing::write_file(dir / "table.bin", content);
+  const MappedFile f((dir / "table.bin").string());
+  ASSERT_EQ(f.size(), content.size());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(f.data()), f.size()), content);
+  try {
+    MappedFile missing((dir / "absent.bin").string());
+    FAIL() << "no error for a missing file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("absent.bin"), std::string::npos) << e.what();
+  }
+}
+
+// The Engram tables are read a few rows at a time: advise_random_access turns readahead off for
+// the pages of the range (the kernel shows it as the "rr" flag of the mapping), leaves the bytes
+// as they were, and tolerates an empty range.
+TEST(MappedFile, AdviseRandomAccessMarksThePagesOfTheRange) {
+  testing::TempDir dir;
+  const size_t page = 4096, pages = 64;
+  std::string content(pages * page, '\0');
+  for (size_t i = 0; i < content.size(); ++i)
+    content[i] = static_cast<char>(i % 251);
+  testing::write_file(dir / "table.bin", content);
+  const MappedFile f((dir / "table.bin").string());
+  // An unaligned range in the middle: pages 8..40 become random-read, page 0 does not.
+  const std::byte* mid = f.data() + 8 * page + 100;
+  const std::string before = vm_flags_of(mid);
+  ASSERT_FALSE(before.empty()) << "no smaps entry for the mapping";
+  EXPECT_EQ(before.find(" rr"), std::string::npos) << before;
+  advise_random_access({mid, 32 * page});
+  EXPECT_NE(vm_flags_of(mid).find(" rr"), std::string::npos) << vm_flags_of(mid);
+  EXPECT_NE(vm_flags_of(f.data() + 8 * page).find(" rr"), std::string::npos);
+  EXPECT_EQ(vm_flags_of(f.data()).find(" rr"), std::string::npos) << vm_flags_of(f.data());
+  advise_random_access({});  // no-op
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(f.data()), f.size()), content);
+}
+
+}  // namespace
+}  // namespace di
