@@ -105,9 +105,17 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& conf
                                               : di::Precision::kFp32;
   fo.quirk =
       config.index_key_quirk_shipped ? di::IndexKeyQuirk::kShipped : di::IndexKeyQuirk::kIntended;
+  di::KvCacheConfig cache;
+  cache.memory_budget_bytes =
+      config.kv_cache_memory_bytes > 0 ? config.kv_cache_memory_bytes : (4ull << 30);
+  if (config.kv_cache_page_bytes > 0) cache.page_bytes = config.kv_cache_page_bytes;
 #if DI_HAVE_CUDA
+  // The device cache pool has the scheduler's budget and page size: what it admits fits.
+  di::CudaForwardOptions cuda;
+  cuda.kv_cache_bytes = cache.memory_budget_bytes;
+  cuda.kv_cache_page_bytes = cache.page_bytes;
   model_ = config.backend == "cuda"
-               ? di::load_cuda_forward_model(model_dir, fo, {}, std::move(token_map))
+               ? di::load_cuda_forward_model(model_dir, fo, cuda, std::move(token_map))
                : di::load_cpu_forward_model(model_dir, fo, std::move(token_map));
 #else
   model_ = di::load_cpu_forward_model(model_dir, fo, std::move(token_map));
@@ -122,9 +130,7 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& conf
   DI_CHECK(core.scheduler.max_model_len <= model_config_.max_position_embeddings,
            "--max-model-len {} exceeds the model's max_position_embeddings {}",
            core.scheduler.max_model_len, model_config_.max_position_embeddings);
-  core.cache.memory_budget_bytes =
-      config.kv_cache_memory_bytes > 0 ? config.kv_cache_memory_bytes : (4ull << 30);
-  if (config.kv_cache_page_bytes > 0) core.cache.page_bytes = config.kv_cache_page_bytes;
+  core.cache = cache;
   core.seed = config.seed;
   core_ = std::make_unique<di::EngineCore>(*model_, tokenizer_->tokenizer, model_config_,
                                            state_bytes_, core);

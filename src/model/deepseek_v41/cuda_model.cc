@@ -1,8 +1,11 @@
 // The DeepSeek-V4.1 backbone on the GPU: Model<float> (model.cc, attention.cc) step by step, each
 // step one launcher of src/kernels/cuda (their parity tests pin each op to the CPU op it replaces).
-// Per-step buffers live in a growable scratch set; the per-sequence cache (window rings, and per
-// kv-source owner the compressed entries, the index keys and the ratio-2 tail) lives in device
-// memory in the quantised formats of kernels/params/kv_cache.h, addressed as single-page tables.
+// Per-step buffers live in a growable scratch set. The sequences' cache (window rings, and per
+// kv-source owner the compressed entries and the index keys) lives in one device pool of
+// fixed-size pages in the quantised formats of kernels/params/kv_cache.h, laid out and accounted
+// by a KvCacheManager (the engine's own layout, so its budget is this pool's size); the ratio-2
+// tails are rows of a separate device array. A forward call runs all of its chunks as one batched
+// step: every launch covers the rows of every sequence.
 
 #include "model/deepseek_v41/cuda_model.h"
 
@@ -42,9 +45,12 @@
 #include "kernels/cuda/ops/rope.cuh"
 #include "kernels/cuda/ops/scale.cuh"
 #include "kernels/cuda/wo_a/wo_a.cuh"
+#include "kv_cache/kv_cache_manager.h"
 #include "model/deepseek_v41/cpu_model.h"
 #include "model/deepseek_v41/model.h"
 #include "model/deepseek_v41/weights.h"
+#include "model/layer_plan.h"
+#include "model/model_stats.h"
 #include "model/trace.h"
 
 namespace di::v41 {
@@ -110,21 +116,75 @@ struct DevBlock {
   const Fp4ExpertMatrix* experts_w2 = nullptr;   // [E]
 };
 
-// The per-sequence device cache. Tables are single pages (page id 0) that grow by doubling.
+// The device cache of every sequence: the page pool (KvCacheManager bookkeeping, one DeviceBuffer
+// of total_pages * page_bytes) and the ratio-2 tail rows. Shared by the model and its sequence
+// states, so a state destroyed after the model still returns its pages to live bookkeeping.
+struct DeviceKv {
+  DeviceKv(const StateBytes& state, const KvCacheConfig& cfg, int64_t tail_row_floats)
+      : kv(state, cfg),
+        pool(static_cast<size_t>(kv.total_pages() * kv.page_bytes()), "KV cache pages"),
+        tail_floats(tail_row_floats) {}
+  KvCacheManager kv;
+  DeviceBuffer pool;
+  int64_t tail_floats = 0;    // floats of one ratio-2 tail row
+  DeviceBuffer tails;         // [tail capacity, tail_floats]
+  int64_t tail_capacity = 0;  // rows
+  std::vector<int32_t> free_tails;
+  SeqId next_id = 0;
+};
+
+// A sequence on the GPU: its id in the page pool, the host-side state of the forward, and the
+// ratio-2 tail row of every ratio-2 owner.
 class CudaSeqState final : public SequenceState {
  public:
+  explicit CudaSeqState(std::shared_ptr<DeviceKv> dkv) : kv(std::move(dkv)), id(kv->next_id++) {}
+  ~CudaSeqState() override {
+    // The model synchronizes at the end of every forward: no queued work reads these pages.
+    kv->kv.free(id);
+    for (int32_t r : tail_row) {
+      if (r >= 0) kv->free_tails.push_back(r);
+    }
+  }
+  CudaSeqState(const CudaSeqState&) = delete;
+  CudaSeqState& operator=(const CudaSeqState&) = delete;
   int64_t num_tokens() const override { return tokens; }
 
-  struct Owner {
-    DeviceBuffer comp, keys, ratio2_state;
-    int64_t capacity = 0;  // entries of comp and keys
-  };
+  std::shared_ptr<DeviceKv> kv;
+  SeqId id = 0;
   int64_t tokens = 0;
   EngramHistory engram;
   int64_t last_index_publisher = -1;
   std::unique_ptr<SequenceState> draft;  // the CPU drafter's state (models with DSpark stages)
-  DeviceBuffer swa;                      // [backbone blocks * window] SWA entries
-  std::vector<Owner> owners;             // per block (used by kv-source owners)
+  std::vector<int32_t> tail_row;         // per block: ratio-2 tail row, -1 for other blocks
+};
+
+// One chunk of a batched step: the sequence, its first position, its rows in the step.
+struct StepSeq {
+  CudaSeqState* st = nullptr;
+  int64_t start = 0;
+  int64_t rows = 0;
+  int64_t row0 = 0;
+  std::span<const int64_t> ids;
+  std::span<const uint8_t> image_mask;
+};
+
+// The rows of one forward call: the chunks in call order, then per owner block the paged tables
+// of the step (table batch row b = chunk b).
+struct Step {
+  std::vector<StepSeq> seqs;
+  int64_t rows = 0;
+  PagedTable swa;
+  std::map<int64_t, PagedTable> comp, keys;  // by owner block
+  std::vector<int32_t> seq;        // per row: table batch row (host copy of the "seq" buffer)
+  std::vector<int64_t> positions;  // per row: absolute position
+  int64_t batch() const { return static_cast<int64_t>(seqs.size()); }
+  // The largest number of compressed entries a sequence of the step sees at ratio `ratio`.
+  int64_t max_entries(int64_t ratio) const {
+    int64_t m = 0;
+    for (const StepSeq& q : seqs)
+      m = std::max(m, (q.start + q.rows) / ratio);
+    return m;
+  }
 };
 
 class CudaModel final : public ForwardModel {
@@ -176,16 +236,18 @@ class CudaModel final : public ForwardModel {
   template <typename T>
   T* upload(const std::string& name, std::span<const T> v);
 
-  PagedTable table(DeviceBuffer& pool, int64_t capacity, int entry_bytes) const;
-  void ensure_capacity(CudaSeqState& st, int64_t owner, int64_t entries);
+  // A paged table over the pool for layout table `table` with the step's page lists `pages`
+  // ([batch, stride] device int32).
+  PagedTable paged(size_t table, const int32_t* pages, int32_t stride) const;
+  // Grows every sequence's pages to its new length, uploads the step's page lists and builds the
+  // SWA table and the compressed-KV / index-key tables of every owner.
+  void build_tables(Step& step);
 
-  void forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
-                     std::span<const uint8_t> image_mask, std::vector<double>& logits,
-                     std::vector<std::vector<double>>& taps, std::vector<double>* all_logits);
-  void block_forward(int64_t i, CudaSeqState& st, int64_t start, int64_t rows, Shared& shared);
-  void attention(int64_t i, CudaSeqState& st, int64_t start, int64_t rows, Shared& shared);
-  void indexer(int64_t i, CudaSeqState& st, int64_t start, int64_t rows, Shared& shared);
-  void compress(int64_t i, CudaSeqState& st, int64_t start, int64_t rows);
+  void forward_step(Step& step, std::span<const SequenceChunk> chunks, ForwardResult& res);
+  void block_forward(int64_t i, const Step& step, Shared& shared);
+  void attention(int64_t i, const Step& step, Shared& shared);
+  void indexer(int64_t i, const Step& step, Shared& shared);
+  void compress(int64_t i, const Step& step);
   void moe(int64_t i, int64_t rows);
   void engram(int64_t i, const std::vector<int64_t>& hashes, int64_t rows);
 
@@ -219,7 +281,9 @@ class CudaModel final : public ForwardModel {
   const float* final_norm_ = nullptr;
   const float* freqs_plain_ = nullptr;
   const float* freqs_compressed_ = nullptr;
-  DeviceBuffer zero_page_;  // int32 0: the page list of every single-page table
+  std::shared_ptr<DeviceKv> dkv_;     // the sequences' device cache
+  std::vector<float> tail_init_;      // one ratio-2 tail row: kv slots 0, score slots -inf
+  std::map<int64_t, int64_t> owner_;  // owner block -> StateBytes owner index
   std::map<std::string, DeviceBuffer> scratch_;
   PinnedArena uploads_{"CUDA forward uploads"};  // host sources of this step's async uploads
   int swa_bytes_ = 0, comp_bytes_ = 0, key_bytes_ = 0;
@@ -274,6 +338,26 @@ CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Fo
   comp_bytes_ = comp_entry_bytes(static_cast<int>(cfg_.head_dim));
   key_bytes_ = index_key_bytes(static_cast<int>(cfg_.index_head_dim));
   upload_weights();
+  // The cache pool: the configured budget, or half of what the weights left free.
+  const StateBytes state = compute_state_bytes(cfg_, build_layer_plan(cfg_));
+  DI_CHECK(state.swa_entry_bytes == swa_bytes_ &&
+               (state.owners.empty() || (state.owners[0].kv_entry_bytes == comp_bytes_ &&
+                                         state.owners[0].index_entry_bytes == key_bytes_)),
+           "CUDA backend: the cache layout's entry sizes differ from the kernels' formats");
+  for (size_t o = 0; o < state.owners.size(); ++o)
+    owner_[state.owners[o].block] = static_cast<int64_t>(o);
+  KvCacheConfig kc;
+  kc.page_bytes = cuda_.kv_cache_page_bytes;
+  kc.memory_budget_bytes = cuda_.kv_cache_bytes;
+  if (kc.memory_budget_bytes == 0) {
+    size_t free_bytes = 0, total_bytes = 0;
+    DI_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    kc.memory_budget_bytes = free_bytes / 2;
+  }
+  const int64_t hd = cfg_.head_dim;
+  tail_init_.assign(static_cast<size_t>(ratio2_state_floats(static_cast<int>(hd))), 0.0f);
+  std::fill(tail_init_.begin() + 2 * hd, tail_init_.end(), -INFINITY);
+  dkv_ = std::make_shared<DeviceKv>(state, kc, static_cast<int64_t>(tail_init_.size()));
 }
 
 DevFp8 CudaModel::fp8(const WeightRef& w, const std::string& tag) {
@@ -304,8 +388,6 @@ void CudaModel::upload_weights() {
   final_norm_ = f32(host_.norm, "norm");
   freqs_plain_ = f32(cpu::rope_frequencies<float>(rope_params(cfg_, false)), "rope");
   freqs_compressed_ = f32(cpu::rope_frequencies<float>(rope_params(cfg_, true)), "rope.yarn");
-  zero_page_ = DeviceBuffer(sizeof(int32_t), "page list");
-  zero_page_.fill_async(0, stream_.get());
   auto pack_hc = [&](const HcParams<float>& h, const std::string& tag) {
     std::vector<uint32_t> packed(mhc_fn_packed_words(D));
     mhc_pack_fn(h.fn.data(), D, packed.data());
@@ -411,15 +493,16 @@ T* CudaModel::upload(const std::string& name, std::span<const T> v) {
   return dst;
 }
 
-PagedTable CudaModel::table(DeviceBuffer& pool, int64_t capacity, int entry_bytes) const {
-  PagedTable t;
-  t.pool = static_cast<uint8_t*>(pool.data());
-  t.page_bytes = capacity * entry_bytes;
-  t.pages = zero_page_.as<int32_t>();
-  t.pages_stride = 1;
-  t.entries_per_page = static_cast<int32_t>(capacity);
-  t.entry_bytes = entry_bytes;
-  return t;
+PagedTable CudaModel::paged(size_t table, const int32_t* pages, int32_t stride) const {
+  const StateTable& t = dkv_->kv.layout().tables().at(table);
+  PagedTable p;
+  p.pool = static_cast<uint8_t*>(dkv_->pool.data());
+  p.page_bytes = dkv_->kv.page_bytes();
+  p.pages = pages;
+  p.pages_stride = stride;
+  p.entries_per_page = static_cast<int32_t>(t.entries_per_page);
+  p.entry_bytes = static_cast<int32_t>(t.entry_bytes);
+  return p;
 }
 
 SequenceState& CudaModel::draft_state(SequenceState& state) const {
@@ -430,46 +513,84 @@ SequenceState& CudaModel::draft_state(SequenceState& state) const {
 }
 
 std::unique_ptr<SequenceState> CudaModel::new_sequence() const {
-  auto st = std::make_unique<CudaSeqState>();
+  auto st = std::make_unique<CudaSeqState>(dkv_);
   if (drafter_) st->draft = drafter_->new_sequence();
-  st->swa = DeviceBuffer(static_cast<size_t>(cfg_.num_layers * cfg_.sliding_window) * swa_bytes_,
-                         "SWA rings");
-  st->owners.resize(static_cast<size_t>(cfg_.num_layers));
+  st->tail_row.assign(static_cast<size_t>(cfg_.num_layers), -1);
+  DeviceKv& k = *dkv_;
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
     if (p.mode != AttnMode::kFull || p.compress_ratio < 2) continue;
-    // Ratio-2 tail: kv slots 0, then score slots at -inf (never read before written).
-    const int64_t hd = cfg_.head_dim;
-    std::vector<float> init(static_cast<size_t>(ratio2_state_floats(static_cast<int>(hd))), 0.0f);
-    std::fill(init.begin() + 2 * hd, init.end(), -INFINITY);
-    auto& o = st->owners[static_cast<size_t>(i)];
-    o.ratio2_state = DeviceBuffer(init.size() * sizeof(float), "ratio-2 compressor tail");
-    DI_CUDA_CHECK(cudaMemcpy(o.ratio2_state.data(), init.data(), init.size() * sizeof(float),
+    if (k.free_tails.empty()) {
+      // Grow the tail rows (between forwards: no queued work reads the old array).
+      const int64_t cap = std::max<int64_t>(64, 2 * k.tail_capacity);
+      DeviceBuffer grown(static_cast<size_t>(cap * k.tail_floats) * sizeof(float),
+                         "ratio-2 compressor tails");
+      if (k.tail_capacity > 0) {
+        DI_CUDA_CHECK(
+            cudaMemcpy(grown.data(), k.tails.data(),
+                       static_cast<size_t>(k.tail_capacity * k.tail_floats) * sizeof(float),
+                       cudaMemcpyDeviceToDevice));
+      }
+      for (int64_t r = cap; r-- > k.tail_capacity;)
+        k.free_tails.push_back(static_cast<int32_t>(r));
+      k.tails = std::move(grown);
+      k.tail_capacity = cap;
+    }
+    const int32_t row = k.free_tails.back();
+    k.free_tails.pop_back();
+    st->tail_row[static_cast<size_t>(i)] = row;
+    DI_CUDA_CHECK(cudaMemcpy(k.tails.as<float>() + static_cast<int64_t>(row) * k.tail_floats,
+                             tail_init_.data(), tail_init_.size() * sizeof(float),
                              cudaMemcpyHostToDevice));
   }
   return st;
 }
 
-void CudaModel::ensure_capacity(CudaSeqState& st, int64_t owner, int64_t entries) {
-  auto& o = st.owners[static_cast<size_t>(owner)];
-  if (entries <= o.capacity && o.capacity > 0) return;  // tables exist from the first chunk on
-  // Whole multiples of 16 entries keep every page 16-byte aligned (68-byte index keys).
-  const int64_t cap = (std::max({entries, 2 * o.capacity, int64_t{64}}) + 15) / 16 * 16;
-  DI_CHECK(cap <= INT32_MAX, "sequence too long: {} compressed entries", cap);
-  DeviceBuffer comp(static_cast<size_t>(cap) * comp_bytes_, "compressed KV");
-  DeviceBuffer keys(static_cast<size_t>(cap) * key_bytes_, "index keys");
-  if (o.capacity > 0) {
-    DI_CUDA_CHECK(cudaMemcpyAsync(comp.data(), o.comp.data(),
-                                  static_cast<size_t>(o.capacity) * comp_bytes_,
-                                  cudaMemcpyDeviceToDevice, stream_.get()));
-    DI_CUDA_CHECK(cudaMemcpyAsync(keys.data(), o.keys.data(),
-                                  static_cast<size_t>(o.capacity) * key_bytes_,
-                                  cudaMemcpyDeviceToDevice, stream_.get()));
-    stream_.synchronize();  // the old buffers are freed below
+void CudaModel::build_tables(Step& step) {
+  KvCacheManager& kv = dkv_->kv;
+  const StateLayout& layout = kv.layout();
+  for (const StepSeq& q : step.seqs) {
+    const int64_t total = q.start + q.rows;
+    if (total <= kv.num_tokens(q.st->id)) continue;  // held already (a retried step)
+    if (!kv.can_fit(q.st->id, total)) {
+      DI_FAIL(
+          "CUDA forward: the KV cache is full ({} of {} pages of {} KiB in use; a sequence of {} "
+          "tokens needs {} more): raise CudaForwardOptions::kv_cache_bytes (--kv-cache-memory) or "
+          "run fewer sequences at once",
+          kv.used_pages(), kv.total_pages(), kv.page_bytes() / 1024, total,
+          kv.pages_needed(q.st->id, total));
+    }
+    kv.allocate(q.st->id, total);
   }
-  o.comp = std::move(comp);
-  o.keys = std::move(keys);
-  o.capacity = cap;
+  // Page lists of every table in one upload: [batch, stride] per table, stride = the most
+  // pages any sequence of the step holds there (shorter lists padded with their first page or 0;
+  // padded slots lie past the entries a sequence ever reads or writes).
+  std::vector<int32_t> flat;
+  std::vector<std::pair<size_t, int32_t>> where(layout.tables().size());  // offset, stride
+  for (size_t t = 0; t < layout.tables().size(); ++t) {
+    int64_t stride = 1;
+    for (const StepSeq& q : step.seqs) {
+      const StateTable& st = layout.tables()[t];
+      stride = std::max<int64_t>(
+          stride, static_cast<int64_t>(kv.pages(q.st->id, st.kind, st.owner).size()));
+    }
+    where[t] = {flat.size(), static_cast<int32_t>(stride)};
+    for (const StepSeq& q : step.seqs) {
+      const StateTable& st = layout.tables()[t];
+      const std::span<const int32_t> pages = kv.pages(q.st->id, st.kind, st.owner);
+      for (int64_t j = 0; j < stride; ++j) {
+        flat.push_back(j < static_cast<int64_t>(pages.size()) ? pages[static_cast<size_t>(j)]
+                                                              : (pages.empty() ? 0 : pages[0]));
+      }
+    }
+  }
+  const int32_t* dev = upload<int32_t>("page_lists", flat);
+  auto table_of = [&](size_t t) { return paged(t, dev + where[t].first, where[t].second); };
+  step.swa = table_of(layout.table_index(StateKind::kSwaRing, 0));
+  for (const auto& [block, owner] : owner_) {
+    step.comp[block] = table_of(layout.table_index(StateKind::kCompressedKv, owner));
+    step.keys[block] = table_of(layout.table_index(StateKind::kIndexKeys, owner));
+  }
 }
 
 void CudaModel::gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const DevFp8& w,
@@ -608,111 +729,172 @@ void CudaModel::trace_dev(int64_t block, std::string_view name, const float* dev
 // ---------------------------------------------------------------------------------------------
 // One chunk of one sequence.
 
-void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
-                              std::span<const uint8_t> image_mask, std::vector<double>& logits,
-                              std::vector<std::vector<double>>& taps,
-                              std::vector<double>* all_logits) {
-  const int64_t S = static_cast<int64_t>(ids.size());
-  DI_CHECK(S > 0, "forward: empty chunk");
-  DI_CHECK(S <= 65535, "forward: a chunk of {} tokens (at most 65535 per step)", S);
-  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, start = st.tokens;
-  for (int64_t id : ids) {
-    DI_CHECK(id >= 0 && id < cfg_.vocab_size, "token id {} outside the vocabulary of {}", id,
-             cfg_.vocab_size);
+void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
+                             ForwardResult& res) {
+  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
+  const int64_t B = static_cast<int64_t>(chunks.size());
+  DI_CHECK(B > 0, "forward: no chunks");
+  DI_CHECK(tracer_ == nullptr || B == 1, "CUDA forward: tracing runs one sequence per forward");
+  bool any_image = false;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const SequenceChunk& ch = chunks[c];
+    auto* st = dynamic_cast<CudaSeqState*>(ch.state);
+    DI_CHECK(st != nullptr, "forward: sequence state of another model or backend");
+    DI_CHECK(st->kv == dkv_, "forward: sequence state of another CUDA model");
+    const auto S = static_cast<int64_t>(ch.token_ids.size());
+    DI_CHECK(S > 0, "forward: empty chunk (chunk {})", c);
+    for (int64_t id : ch.token_ids) {
+      DI_CHECK(id >= 0 && id < cfg_.vocab_size, "token id {} outside the vocabulary of {}", id,
+               cfg_.vocab_size);
+    }
+    DI_CHECK(ch.image_mask.empty() || ch.image_mask.size() == ch.token_ids.size(),
+             "forward: image mask has {} entries for {} tokens", ch.image_mask.size(),
+             ch.token_ids.size());
+    for (const StepSeq& q : step.seqs) {
+      DI_CHECK(q.st != st, "forward: chunks {} and {} continue the same sequence",
+               &q - step.seqs.data(), c);
+    }
+    step.seqs.push_back({st, st->tokens, S, step.rows, ch.token_ids, ch.image_mask});
+    step.rows += S;
+    any_image = any_image || !ch.image_mask.empty();
   }
-  DI_CHECK(image_mask.empty() || image_mask.size() == ids.size(),
-           "forward: image mask has {} entries for {} tokens", image_mask.size(), ids.size());
+  const int64_t R = step.rows;
+  DI_CHECK(R <= 65535, "forward: {} tokens in one step (at most 65535)", R);
   // The pinned uploads of the previous step are free once its copies ran (a no-op wait after a
   // completed step; after a step that threw, queued copies may still read them).
   stream_.synchronize();
   uploads_.reset();
-  std::vector<int64_t> hashes;
-  if (engram_params_) {
-    hashes = engram_hash_chunk(*engram_params_, *token_map_, ids, image_mask, st.engram);
+  build_tables(step);
+
+  // Step inputs per row: position, table batch row, the chunk's first position and first row
+  // (the attention's chunk_kv rows); per sequence the end of its chunk.
+  std::vector<int64_t> positions, ids, chunk_start, chunk_row0, seq_end;
+  std::vector<int32_t> seq;
+  std::vector<uint8_t> image;
+  std::vector<int64_t> hashes;  // [R, engram layers, columns]
+  for (int64_t b = 0; b < B; ++b) {
+    const StepSeq& q = step.seqs[static_cast<size_t>(b)];
+    for (int64_t r = 0; r < q.rows; ++r) {
+      positions.push_back(q.start + r);
+      seq.push_back(static_cast<int32_t>(b));
+      chunk_start.push_back(q.start);
+      chunk_row0.push_back(q.row0);
+    }
+    ids.insert(ids.end(), q.ids.begin(), q.ids.end());
+    seq_end.push_back(q.start + q.rows);
+    if (any_image) {
+      if (q.image_mask.empty()) {
+        image.insert(image.end(), static_cast<size_t>(q.rows), uint8_t{0});
+      } else {
+        image.insert(image.end(), q.image_mask.begin(), q.image_mask.end());
+      }
+    }
+    if (engram_params_) {
+      const std::vector<int64_t> h =
+          engram_hash_chunk(*engram_params_, *token_map_, q.ids, q.image_mask, q.st->engram);
+      hashes.insert(hashes.end(), h.begin(), h.end());
+    }
   }
-  // Step inputs: positions, the single-sequence batch rows, the chunk bounds.
-  std::vector<int64_t> positions(static_cast<size_t>(S));
-  for (int64_t r = 0; r < S; ++r)
-    positions[static_cast<size_t>(r)] = start + r;
   upload<int64_t>("positions", positions);
-  upload<int32_t>("seq", std::vector<int32_t>(static_cast<size_t>(S), 0));
-  upload<int64_t>("seq_end", std::vector<int64_t>{start + S});
-  // Per query row: where the chunk's own entries start (the attention's chunk_kv rows).
-  upload<int64_t>("chunk_start", std::vector<int64_t>(static_cast<size_t>(S), start));
-  upload<int64_t>("chunk_row0", std::vector<int64_t>(static_cast<size_t>(S), 0));
-  image_rows_ = !image_mask.empty();
-  if (image_rows_) upload<uint8_t>("image_mask", image_mask);
+  upload<int32_t>("seq", seq);
+  upload<int64_t>("seq_end", seq_end);
+  step.seq = std::move(seq);
+  step.positions = std::move(positions);
+  upload<int64_t>("chunk_start", chunk_start);
+  upload<int64_t>("chunk_row0", chunk_row0);
+  image_rows_ = any_image;
+  if (image_rows_) upload<uint8_t>("image_mask", image);
 
   // Embedding into every hc stream; the carried pre-mix starts one-hot on stream 0.
   EmbeddingParams ep;
   ep.table = embed_;
   ep.ids = upload<int64_t>("ids", ids);
-  ep.out = buf<float>("h", S * hc * D);
-  ep.rows = S;
+  ep.out = buf<float>("h", R * hc * D);
+  ep.rows = R;
   ep.vocab = cfg_.vocab_size;
   ep.dim = D;
   ep.copies = hc;
   ep.precision = kF32;
   embedding_gather(ep, stream_.get());
   after("embedding_gather");
-  std::vector<float> pre0(static_cast<size_t>(S * hc), 0.0f);
-  for (int64_t r = 0; r < S; ++r)
+  std::vector<float> pre0(static_cast<size_t>(R * hc), 0.0f);
+  for (int64_t r = 0; r < R; ++r)
     pre0[static_cast<size_t>(r * hc)] = 1.0f;
   upload<float>("pre_mix", pre0);
 
   // DSpark taps (models with draft stages): at each target layer the mean of the hc streams, on
   // the GPU as the collapse with weights 1/4 (exact scaling with hc = 4, so bitwise the CPU's
-  // stream-order float sum / 4) into [taps, S, D], read back with the logits.
+  // stream-order float sum / 4) into [taps, R, D], read back with the logits.
   const int64_t n_taps = cfg_.num_nextn_predict_layers > 0
                              ? static_cast<int64_t>(cfg_.dspark_target_layer_ids.size())
                              : 0;
-  float* taps_dev = n_taps > 0 ? buf<float>("taps", n_taps * S * D) : nullptr;
+  float* taps_dev = n_taps > 0 ? buf<float>("taps", n_taps * R * D) : nullptr;
   const float* quarter =
-      n_taps > 0 ? upload<float>("taps.pre", std::vector<float>(static_cast<size_t>(S * hc), 0.25f))
+      n_taps > 0 ? upload<float>("taps.pre", std::vector<float>(static_cast<size_t>(R * hc), 0.25f))
                  : nullptr;
   Shared shared;
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
     cur_block_ = i;
     mark_block(static_cast<size_t>(i));
-    if (p.engram_slot >= 0) engram(i, hashes, S);
+    if (p.engram_slot >= 0) engram(i, hashes, R);
     const auto tap =
         std::find(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(), i);
     if (n_taps > 0 && tap != cfg_.dspark_target_layer_ids.end()) {
       MhcCollapseParams cp;
-      cp.stream = buf<float>("h", S * hc * D);
+      cp.stream = buf<float>("h", R * hc * D);
       cp.pre = quarter;
-      cp.tokens = S;
+      cp.tokens = R;
       cp.dim = D;
       // Taps are concatenated in layer order (the CPU's), whatever the order of the id list.
       const auto k =
           std::count_if(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(),
                         [&](int64_t t) { return t < i; });
-      cp.out = taps_dev + k * S * D;
+      cp.out = taps_dev + k * R * D;
       mhc_collapse(cp, stream_.get());
       after("mhc_collapse (DSpark taps)");
     }
-    block_forward(i, st, start, S, shared);
+    block_forward(i, step, shared);
   }
   cur_block_ = -1;
   mark_block(static_cast<size_t>(cfg_.num_layers));
-  st.tokens += S;
 
-  // Final collapse with the last FFN pre-mix, norm, head: the last row (every row on request).
-  const int64_t first = all_logits != nullptr ? 0 : S - 1;
-  const int64_t n = S - first;
-  MhcCollapseParams cp;
-  cp.stream = buf<float>("h", S * hc * D) + first * hc * D;
-  cp.pre = buf<float>("pre_mix", S * hc) + first * hc;
-  cp.tokens = n;
-  cp.dim = D;
-  cp.out = buf<float>("final.x", n * D);
-  mhc_collapse(cp, stream_.get());
-  after("mhc_collapse");
+  // Final collapse with the last FFN pre-mix, norm, head: the last row of every chunk (every row
+  // of the chunks that ask for all logits), into consecutive rows of final.x.
+  std::vector<int64_t> out_first(static_cast<size_t>(B)), out_rows(static_cast<size_t>(B));
+  int64_t n = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const StepSeq& q = step.seqs[static_cast<size_t>(b)];
+    out_first[static_cast<size_t>(b)] = n;
+    out_rows[static_cast<size_t>(b)] = chunks[static_cast<size_t>(b)].all_logits ? q.rows : 1;
+    n += out_rows[static_cast<size_t>(b)];
+  }
+  float* fx = buf<float>("final.x", n * D);
+  const float* h = buf<float>("h", R * hc * D);
+  const float* pre = buf<float>("pre_mix", R * hc);
+  auto collapse = [&](int64_t row, int64_t count, int64_t out_row) {
+    MhcCollapseParams cp;
+    cp.stream = h + row * hc * D;
+    cp.pre = pre + row * hc;
+    cp.tokens = count;
+    cp.dim = D;
+    cp.out = fx + out_row * D;
+    mhc_collapse(cp, stream_.get());
+    after("mhc_collapse");
+  };
+  if (n == R) {
+    collapse(0, R, 0);  // every row wanted (decode steps, all-logits chunks): one launch
+  } else {
+    for (int64_t b = 0; b < B; ++b) {
+      const StepSeq& q = step.seqs[static_cast<size_t>(b)];
+      const int64_t cnt = out_rows[static_cast<size_t>(b)];
+      collapse(q.row0 + q.rows - cnt, cnt, out_first[static_cast<size_t>(b)]);
+    }
+  }
   RmsNormParams np;
-  np.x = cp.out;
+  np.x = fx;
   np.weight = final_norm_;
-  np.y = cp.out;
+  np.y = fx;
   np.rows = n;
   np.dim = D;
   np.eps = static_cast<float>(cfg_.rms_norm_eps);
@@ -720,11 +902,11 @@ void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
   after("rms_norm");
   const int64_t V = cfg_.vocab_size;
   float* dl = buf<float>("logits", n * V);
-  gemv_bf16(buf<float>("final.x", n * D), n, head_, dl);
+  gemv_bf16(fx, n, head_, dl);
   std::vector<float> l(static_cast<size_t>(n * V));
   DI_CUDA_CHECK(cudaMemcpyAsync(l.data(), dl, l.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                 stream_.get()));
-  std::vector<float> tap_values(static_cast<size_t>(n_taps * S * D));
+  std::vector<float> tap_values(static_cast<size_t>(n_taps * R * D));
   if (n_taps > 0) {
     DI_CUDA_CHECK(cudaMemcpyAsync(tap_values.data(), taps_dev, tap_values.size() * sizeof(float),
                                   cudaMemcpyDeviceToHost, stream_.get()));
@@ -741,20 +923,34 @@ void CudaModel::forward_chunk(CudaSeqState& st, std::span<const int64_t> ids,
     const std::vector<double> last(l.end() - V, l.end());
     tracer_->record("final.logits", last, {1, V});
   }
-  logits.assign(l.end() - V, l.end());
-  taps.assign(static_cast<size_t>(S), {});
-  for (int64_t r = 0; r < S; ++r) {
-    for (int64_t k = 0; k < n_taps; ++k) {
-      const float* m = tap_values.data() + (k * S + r) * D;
-      taps[static_cast<size_t>(r)].insert(taps[static_cast<size_t>(r)].end(), m, m + D);
+  for (int64_t b = 0; b < B; ++b) {
+    StepSeq& q = step.seqs[static_cast<size_t>(b)];
+    const auto first = static_cast<size_t>(out_first[static_cast<size_t>(b)] * V);
+    const auto cnt = static_cast<size_t>(out_rows[static_cast<size_t>(b)]);
+    const auto uV = static_cast<size_t>(V);
+    res.logits[static_cast<size_t>(b)].assign(
+        l.begin() + static_cast<std::ptrdiff_t>(first + (cnt - 1) * uV),
+        l.begin() + static_cast<std::ptrdiff_t>(first + cnt * uV));
+    if (chunks[static_cast<size_t>(b)].all_logits) {
+      res.all_logits[static_cast<size_t>(b)].assign(
+          l.begin() + static_cast<std::ptrdiff_t>(first),
+          l.begin() + static_cast<std::ptrdiff_t>(first + cnt * uV));
     }
+    auto& taps = res.main_hidden[static_cast<size_t>(b)];
+    taps.assign(static_cast<size_t>(q.rows), {});
+    for (int64_t r = 0; r < q.rows; ++r) {
+      for (int64_t k = 0; k < n_taps; ++k) {
+        const float* m = tap_values.data() + (k * R + q.row0 + r) * D;
+        taps[static_cast<size_t>(r)].insert(taps[static_cast<size_t>(r)].end(), m, m + D);
+      }
+    }
+    q.st->tokens += q.rows;
   }
-  if (all_logits != nullptr) all_logits->assign(l.begin(), l.end());
 }
 
-void CudaModel::block_forward(int64_t i, CudaSeqState& st, int64_t start, int64_t S,
-                              Shared& shared) {
+void CudaModel::block_forward(int64_t i, const Step& step, Shared& shared) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const int64_t S = step.rows;
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
   float* h = buf<float>("h", S * hc * D);
   float* h1 = buf<float>("h1", S * hc * D);
@@ -805,7 +1001,7 @@ void CudaModel::block_forward(int64_t i, CudaSeqState& st, int64_t start, int64_
   norm_quant(buf<float>("x", S * D), S, D, w.attn_norm, buf<float>("xn", S * D),
              buf<uint8_t>("xq", S * D), buf<uint8_t>("xs", S * D / kActBlock));
   trace_dev(i, "attn.x", buf<float>("xn", S * D), {S, D});
-  attention(i, st, start, S, shared);
+  attention(i, step, shared);
   trace_dev(i, "attn.out", buf<float>("attn.out", S * D), {S, D});
   mhc_post_site(buf<float>("attn.out", S * D), h, h1, "attn_mix");
   trace_dev(i, "mid", h1, {S, hc, D});
@@ -821,8 +1017,9 @@ void CudaModel::block_forward(int64_t i, CudaSeqState& st, int64_t start, int64_
   trace_dev(i, "out", h, {S, hc, D});
 }
 
-void CudaModel::attention(int64_t i, CudaSeqState& st, int64_t start, int64_t S, Shared& shared) {
+void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const int64_t S = step.rows, B = step.batch();
   const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
   const int64_t H = cfg_.num_heads, hd = cfg_.head_dim, win = cfg_.sliding_window;
   const float* freqs = freqs_for(i);
@@ -844,14 +1041,14 @@ void CudaModel::attention(int64_t i, CudaSeqState& st, int64_t start, int64_t S,
   // after the attention: a prefill chunk's rows would overwrite slots its own queries read).
   float* kv = buf<float>("kv", S * hd);
   gemm_q(xq, xs, S, w.wkv, kv);
-  PagedTable swa = table(st.swa, cfg_.num_layers * win, swa_bytes_);
+  const PagedTable& swa = step.swa;
   SwaWriteParams sw;
   sw.x = kv;
   sw.norm_weight = w.kv_norm;
   sw.freqs = freqs;
   sw.seq = buf<int32_t>("seq", S);
   sw.positions = buf<int64_t>("positions", S);
-  sw.seq_end = buf<int64_t>("seq_end", 1);
+  sw.seq_end = buf<int64_t>("seq_end", B);
   sw.table = swa;
   sw.chunk_entries = buf<uint8_t>("chunk_kv", S * swa_bytes_);
   sw.rows = S;
@@ -866,11 +1063,11 @@ void CudaModel::attention(int64_t i, CudaSeqState& st, int64_t start, int64_t S,
 
   int64_t compress_len = 0;
   if (p.compress_ratio > 0) {
-    if (p.mode == AttnMode::kFull) compress(i, st, start, S);
-    compress_len = (start + S) / p.compress_ratio;
+    if (p.mode == AttnMode::kFull) compress(i, step);
+    compress_len = step.max_entries(p.compress_ratio);  // the longest sequence's
     if (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex) {
       shared.topk_width = 0;
-      if (compress_len > 0) indexer(i, st, start, S, shared);
+      if (compress_len > 0) indexer(i, step, shared);
     }
   }
 
@@ -887,10 +1084,9 @@ void CudaModel::attention(int64_t i, CudaSeqState& st, int64_t start, int64_t S,
   ap.window = static_cast<int32_t>(win);
   ap.chunk_kv = buf<uint8_t>("chunk_kv", S * swa_bytes_);
   if (p.compress_ratio > 0 && compress_len > 0 && shared.topk_width > 0) {
-    auto& src = st.owners[static_cast<size_t>(p.kv_source)];
-    DI_CHECK(src.capacity >= compress_len, "layer {}: kv source {} holds fewer than {} entries", i,
-             p.kv_source, compress_len);
-    ap.comp = table(src.comp, src.capacity, comp_bytes_);
+    // Row r reads only entries its own top-k names (< its sequence's visible count), all held by
+    // its sequence's pages; shorter sequences' page lists are padded (build_tables).
+    ap.comp = step.comp.at(p.kv_source);
     ap.topk = buf<int32_t>("topk", S * cfg_.index_topk);
     ap.topk_width = shared.topk_width;
     ap.comp_entries = compress_len;
@@ -950,22 +1146,20 @@ void CudaModel::attention(int64_t i, CudaSeqState& st, int64_t start, int64_t S,
   gemm_x(static_cast<const float*>(op.z), S, w.wo_b, buf<float>("attn.out", S * cfg_.hidden_size));
 }
 
-void CudaModel::compress(int64_t i, CudaSeqState& st, int64_t start, int64_t S) {
+void CudaModel::compress(int64_t i, const Step& step) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const int64_t S = step.rows;
   const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
   const int64_t hd = cfg_.head_dim, ratio = p.compress_ratio;
   const float* xn = buf<float>("xn", S * cfg_.hidden_size);
   float* kvc = buf<float>("comp.kv", S * hd);
   gemv_bf16(xn, S, w.comp_wkv, kvc);  // not quantised in the reference (bf16 weights)
-  std::vector<int64_t> positions(static_cast<size_t>(S));
-  for (int64_t r = 0; r < S; ++r)
-    positions[static_cast<size_t>(r)] = start + r;
-  const std::vector<int32_t> seq(static_cast<size_t>(S), 0);
-  const std::vector<int32_t> state_rows{0};
-  const CompressorPlan plan = plan_compressor(static_cast<int>(ratio), seq, positions, state_rows);
-  ensure_capacity(st, i, (start + S) / ratio);
-  auto& o = st.owners[static_cast<size_t>(i)];
-  const PagedTable comp = table(o.comp, o.capacity, comp_bytes_);
+  std::vector<int32_t> state_rows;    // per table batch row: its ratio-2 tail row
+  for (const StepSeq& q : step.seqs)
+    state_rows.push_back(ratio > 1 ? q.st->tail_row[static_cast<size_t>(i)] : 0);
+  const CompressorPlan plan =
+      plan_compressor(static_cast<int>(ratio), step.seq, step.positions, state_rows);
+  const PagedTable& comp = step.comp.at(i);
   float* latent = buf<float>("comp.latent", S * hd);
   if (ratio == 1) {
     CompressRatio1Params c;
@@ -994,7 +1188,7 @@ void CudaModel::compress(int64_t i, CudaSeqState& st, int64_t start, int64_t S) 
     c.norm_weight = w.comp_norm;
     c.freqs = freqs_for(i);
     c.work = upload<Ratio2Work>("comp.work", plan.work);
-    c.state = o.ratio2_state.as<float>();
+    c.state = dkv_->tails.as<float>();
     c.latent = latent;
     c.table = comp;
     c.works = static_cast<int64_t>(plan.work.size());
@@ -1013,7 +1207,7 @@ void CudaModel::compress(int64_t i, CudaSeqState& st, int64_t start, int64_t S) 
   k.freqs = freqs_for(i);
   k.seq = upload<int32_t>("comp.group_seq", plan.group_seq);
   k.group = upload<int64_t>("comp.group_index", plan.group_index);
-  k.table = table(o.keys, o.capacity, key_bytes_);
+  k.table = step.keys.at(i);
   k.groups = plan.groups();
   k.ratio = static_cast<int32_t>(ratio);
   k.eps = static_cast<float>(cfg_.rms_norm_eps);
@@ -1022,15 +1216,17 @@ void CudaModel::compress(int64_t i, CudaSeqState& st, int64_t start, int64_t S) 
   k.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
   index_key_write(k, stream_.get());
   after("index_key_write");
-  st.last_index_publisher = i;
+  for (int32_t b : plan.group_seq)  // the sequences that published keys in this layer
+    step.seqs[static_cast<size_t>(b)].st->last_index_publisher = i;
 }
 
-void CudaModel::indexer(int64_t i, CudaSeqState& st, int64_t start, int64_t S, Shared& shared) {
+void CudaModel::indexer(int64_t i, const Step& step, Shared& shared) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
   const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
   const int64_t ratio = p.compress_ratio;
   const int64_t IH = cfg_.index_n_heads, IHD = cfg_.index_head_dim;
-  const int64_t visible_total = (start + S) / ratio;
+  const int64_t S = step.rows, B = step.batch();
+  const int64_t visible_total = step.max_entries(ratio);  // columns: the longest sequence's
   // Queries: FP8 GEMM from the quantised qr, RoPE on the tail, FP4 (UE8M0 per 32) packing.
   float* qi = buf<float>("index.q", S * IH * IHD);
   gemm_q(buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
@@ -1056,28 +1252,46 @@ void CudaModel::indexer(int64_t i, CudaSeqState& st, int64_t start, int64_t S, S
   after("scale_values");
   trace_dev(i, "index.weights", weights, {S, IH});
 
-  // Whose keys: the owner's own (intended) or the last published slot (shipped quirk).
-  int64_t key_owner = p.kv_source;
-  if (opts_.quirk == IndexKeyQuirk::kShipped && st.last_index_publisher >= 0) {
-    key_owner = st.last_index_publisher;
+  // Whose keys: the owner's own (intended) or, per sequence, the last published slot (shipped
+  // quirk; then table batch row b lists the pages of sequence b's last publisher).
+  PagedTable keys = step.keys.at(p.kv_source);
+  if (opts_.quirk == IndexKeyQuirk::kShipped) {
+    const KvCacheManager& kv = dkv_->kv;
+    std::vector<std::span<const int32_t>> lists;
+    size_t stride = 1;
+    for (const StepSeq& q : step.seqs) {
+      const int64_t owner =
+          q.st->last_index_publisher >= 0 ? q.st->last_index_publisher : p.kv_source;
+      lists.push_back(kv.pages(q.st->id, StateKind::kIndexKeys, owner_.at(owner)));
+      stride = std::max(stride, lists.back().size());
+      DI_CHECK(static_cast<int64_t>(lists.back().size()) * keys.entries_per_page >=
+                   (q.start + q.rows) / ratio,
+               "layer {}: the index keys of layer {} hold fewer than {} entries", i, owner,
+               (q.start + q.rows) / ratio);
+    }
+    std::vector<int32_t> flat;
+    for (const auto& l : lists) {
+      for (size_t j = 0; j < stride; ++j)
+        flat.push_back(j < l.size() ? l[j] : (l.empty() ? 0 : l[0]));
+    }
+    keys.pages = upload<int32_t>("index.key_pages", flat);
+    keys.pages_stride = static_cast<int32_t>(stride);
   }
-  auto& ko = st.owners[static_cast<size_t>(key_owner)];
-  DI_CHECK(ko.capacity >= visible_total, "layer {}: index keys of {} hold fewer than {} entries", i,
-           key_owner, visible_total);
   std::vector<int32_t> visible(static_cast<size_t>(S));
   for (int64_t r = 0; r < S; ++r)
-    visible[static_cast<size_t>(r)] = static_cast<int32_t>((start + r + 1) / ratio);
+    visible[static_cast<size_t>(r)] =
+        static_cast<int32_t>((step.positions[static_cast<size_t>(r)] + 1) / ratio);
   const int32_t* row_visible = upload<int32_t>("index.visible", visible);
   const int64_t stride = static_cast<int64_t>(round_up(static_cast<size_t>(visible_total), 4));
   float* scores = buf<float>("index.scores", S * stride);
   IndexerScoreParams sc;
   sc.q = qp.out;
   sc.weights = weights;
-  sc.keys = table(ko.keys, ko.capacity, key_bytes_);
+  sc.keys = keys;
   sc.row_seq = buf<int32_t>("seq", S);
   sc.row_visible = row_visible;
   sc.rows = S;
-  sc.rows_share_keys = S > 1;
+  sc.rows_share_keys = S > B;  // prefill chunks: runs of rows of one sequence
   sc.n_cols = visible_total;
   sc.score_stride = stride;
   sc.scores = scores;
@@ -1334,12 +1548,9 @@ ForwardResult CudaModel::forward(std::span<const SequenceChunk> chunks) {
   res.logits.resize(chunks.size());
   res.main_hidden.resize(chunks.size());
   res.all_logits.resize(chunks.size());
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    auto* st = dynamic_cast<CudaSeqState*>(chunks[c].state);
-    DI_CHECK(st != nullptr, "forward: sequence state of another model or backend");
-    forward_chunk(*st, chunks[c].token_ids, chunks[c].image_mask, res.logits[c], res.main_hidden[c],
-                  chunks[c].all_logits ? &res.all_logits[c] : nullptr);
-  }
+  if (chunks.empty()) return res;
+  Step step;
+  forward_step(step, chunks, res);
   return res;
 }
 

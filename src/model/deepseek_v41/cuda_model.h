@@ -6,10 +6,10 @@
 // rows, bf16) and a device-resident cache per sequence in the quantised entry formats of
 // kernels/params/kv_cache.h. Design and kernel inventory: docs/design/cuda_forward.md.
 //
-// Today: activations in fp32 storage (--precision fp32), one sequence chunk at a time (the
-// chunks of a forward call run one after the other, as on the CPU), plain stream-ordered
-// launches (no graph capture yet), the backbone only (DSpark drafting and tracing are CPU-only
-// for now and throw / are ignored here).
+// Today: activations in fp32 storage (--precision fp32); the chunks of a forward call run as one
+// batched step (every launch covers the rows of all sequences; each sequence's arithmetic is its
+// own: row-wise kernels, per-row tables); plain stream-ordered launches (no graph capture yet);
+// DSpark drafting on the CPU reference.
 
 #include <filesystem>
 #include <memory>
@@ -31,6 +31,10 @@ struct CudaForwardOptions {
   // Record CUDA events at block boundaries of every forward (benchmarks): see
   // cuda_forward_block_ms.
   bool time_blocks = false;
+  // The sequences' cache: one device pool of fixed-size pages (the engine's KvCacheManager
+  // layout). 0 bytes: half of the device memory the weights leave free.
+  uint64_t kv_cache_bytes = 0;
+  int64_t kv_cache_page_bytes = 64 * 1024;
 };
 
 // Loads a DeepSeek-V4.1 checkpoint directory onto the GPU (all weights into device memory).

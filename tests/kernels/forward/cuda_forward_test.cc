@@ -212,8 +212,8 @@ TEST(CudaForward, TinyFixturePrefillsAreTight) {
   }
 }
 
-// The engine on the CUDA backend (continuous batching, chunked prefill, the GPU forward one chunk
-// at a time): greedy ids of the fixture's prompts equal the CPU fp32 backend's.
+// The engine on the CUDA backend (continuous batching, chunked prefill; each engine step one
+// batched GPU forward): greedy ids of the fixture's prompts equal the CPU fp32 backend's.
 TEST(CudaForward, EngineGreedyIdsEqualTheCpuBackend) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const fs::path dir = fixture_dir();
@@ -247,6 +247,106 @@ TEST(CudaForward, EngineGreedyIdsEqualTheCpuBackend) {
   ASSERT_EQ(ids[0].size(), prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(ids[1][i], ids[0][i]) << "prompt " << i;
+}
+
+// The chunks of one forward call run as one batched step, each sequence with its own arithmetic
+// (row-wise kernels, per-row page tables, exact-order linears): a sequence's logits and DSpark
+// taps are bitwise the same alone and in any batch: prefill chunks of different lengths together,
+// a step mixing a prefill with decodes, batched decodes in another order, a sequence alone again.
+TEST(CudaForward, BatchedStepsEqualEachSequenceAloneBitwise) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir dir("di-cuda-batch");
+  const fs::path model_dir = synth_real_attention_model(dir.path());
+  ForwardOptions fo;
+  fo.precision = Precision::kFp32;
+  auto gpu = load_cuda_forward_model(model_dir, fo, {}, token_map_for(model_dir));
+  std::mt19937_64 rng(9);
+  std::uniform_int_distribution<int64_t> tok(3, gpu->vocab_size() - 1);
+  auto tokens = [&](size_t n) {
+    std::vector<int64_t> v(n);
+    for (auto& id : v)
+      id = tok(rng);
+    return v;
+  };
+  // Per sequence: a prompt, then three decode tokens (teacher-forced).
+  const std::vector<std::vector<int64_t>> prompts = {tokens(700), tokens(129), tokens(5)};
+  const std::vector<std::vector<int64_t>> steps = {tokens(3), tokens(3), tokens(3)};
+  using Out = std::pair<std::vector<double>, std::vector<std::vector<double>>>;  // logits, taps
+  std::vector<std::vector<Out>> alone(3);
+  for (size_t q = 0; q < 3; ++q) {
+    auto st = gpu->new_sequence();
+    SequenceChunk c{st.get(), prompts[q]};
+    ForwardResult r = gpu->forward({&c, 1});
+    alone[q].emplace_back(r.logits[0], r.main_hidden[0]);
+    for (int64_t id : steps[q]) {
+      SequenceChunk d{st.get(), std::span<const int64_t>(&id, 1)};
+      r = gpu->forward({&d, 1});
+      alone[q].emplace_back(r.logits[0], r.main_hidden[0]);
+    }
+  }
+  std::vector<std::unique_ptr<SequenceState>> st;
+  for (int q = 0; q < 3; ++q)
+    st.push_back(gpu->new_sequence());
+  std::vector<size_t> done(3, 0);  // forwards of each sequence so far
+  // Each batched step: (sequence, its next forward) in the listed order.
+  const std::vector<std::vector<size_t>> schedule = {{0, 1}, {2, 0, 1}, {0, 1, 2}, {2, 1, 0}, {2}};
+  for (size_t k = 0; k < schedule.size(); ++k) {
+    std::vector<SequenceChunk> chunks;
+    for (size_t q : schedule[k]) {
+      const size_t f = done[q];
+      const std::span<const int64_t> ids =
+          f == 0 ? std::span<const int64_t>(prompts[q])
+                 : std::span<const int64_t>(steps[q]).subspan(f - 1, 1);
+      chunks.push_back({st[q].get(), ids});
+    }
+    const ForwardResult r = gpu->forward(chunks);
+    for (size_t j = 0; j < schedule[k].size(); ++j) {
+      const size_t q = schedule[k][j];
+      const Out& want = alone[q][done[q]];
+      EXPECT_EQ(r.logits[j], want.first) << "step " << k << ", sequence " << q;
+      EXPECT_EQ(r.main_hidden[j], want.second) << "step " << k << ", sequence " << q << " taps";
+      ++done[q];
+    }
+  }
+  for (size_t q = 0; q < 3; ++q) {
+    EXPECT_EQ(done[q], alone[q].size()) << q;
+    EXPECT_EQ(st[q]->num_tokens(), static_cast<int64_t>(prompts[q].size() + 3)) << q;
+  }
+}
+
+// The device cache is a fixed pool of pages: a sequence that does not fit fails with an error
+// naming the cache, the pool keeps working, and a finished sequence's pages come back.
+TEST(CudaForward, KvCachePoolFullIsAnErrorAndPagesComeBack) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir dir("di-cuda-pool");
+  const fs::path model_dir = synth_real_attention_model(dir.path());
+  ForwardOptions fo;
+  fo.precision = Precision::kFp32;
+  CudaForwardOptions co;
+  co.kv_cache_bytes = 4u << 20;  // 64 pages of 64 KiB
+  auto gpu = load_cuda_forward_model(model_dir, fo, co, token_map_for(model_dir));
+  std::vector<int64_t> ids(600, 7);
+  {
+    auto st = gpu->new_sequence();
+    const std::vector<int64_t> huge(20000, 7);
+    SequenceChunk c{st.get(), huge};
+    try {
+      gpu->forward({&c, 1});
+      ADD_FAILURE() << "no error for a sequence larger than the cache";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("KV cache is full"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(st->num_tokens(), 0);
+  }
+  // Far more sequences in turn than the pool holds at once: each returns its pages.
+  std::vector<double> first;
+  for (int k = 0; k < 40; ++k) {
+    auto st = gpu->new_sequence();
+    SequenceChunk c{st.get(), ids};
+    const ForwardResult r = gpu->forward({&c, 1});
+    if (k == 0) first = r.logits[0];
+    EXPECT_EQ(r.logits[0], first) << "sequence " << k;  // same prompt, same logits
+  }
 }
 
 }  // namespace
