@@ -1,4 +1,4 @@
-// cuda_forward_bench MODEL_DIR [--prompt N] [--decode N] [--exact] [--extrapolate CONFIG]
+// cuda_forward_bench MODEL_DIR [--prompt N] [--decode N] [--exact | --bf16] [--extrapolate CONFIG]
 // The CUDA forward of a DeepSeek-V4.1 checkpoint (e.g. `deepinfer synth --config v41-flash
 // --layers 4`): one prefill of N tokens, then decode steps of one token; per backbone block the
 // mean GPU time of a decode step (CUDA events at block boundaries, Engram included) against the
@@ -6,7 +6,8 @@
 // top-k routed experts, shared expert, Engram wkv and staged rows) plus the KV bytes its
 // attention and indexer read at this context, over the device-to-device copy bandwidth measured
 // in the same run. --exact: the fp32 run's exact-order linear layers (validation speed);
-// default: the FP8/FP4 tensor-core kernels. --extrapolate CONFIG (a preset such as v41-flash, or
+// --bf16: the bf16 precision (bf16 activations, tensor-core kernels); default: fp32 activations
+// with the FP8/FP4 tensor-core kernels. --extrapolate CONFIG (a preset such as v41-flash, or
 // a config.json): the full model's decode step at batch 1, each of its layers timed as the mean
 // of the measured layers of the same role (ratio, attention mode, candidate pool, Engram; e.g. a
 // checkpoint from `deepinfer synth --layer-ids 0,1,2,3,14,20,21,24,25`), plus the measured head.
@@ -138,17 +139,20 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: %s MODEL_DIR [--prompt N] [--decode N] [--exact] [--extrapolate CONFIG]\n",
+                 "usage: %s MODEL_DIR [--prompt N] [--decode N] [--exact | --bf16] "
+                 "[--extrapolate CONFIG]\n",
                  argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
   int64_t prompt = 4096, decode = 16;
-  bool exact = false;
+  bool exact = false, bf16 = false;
   std::string extrapolate_to;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--exact") == 0) {
       exact = true;
+    } else if (std::strcmp(argv[i], "--bf16") == 0) {
+      bf16 = true;
     } else if (std::strcmp(argv[i], "--extrapolate") == 0 && i + 1 < argc) {
       extrapolate_to = argv[++i];
     } else if (std::strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) {
@@ -164,6 +168,7 @@ int main(int argc, char** argv) {
     di::Stream stream;
     const double copy = di::bench::copy_gbs(stream);
     di::ForwardOptions fo;
+    if (bf16) fo.precision = di::Precision::kBf16;
     di::CudaForwardOptions co;
     co.tensor_core_linears = !exact;
     co.time_blocks = true;
@@ -202,8 +207,8 @@ int main(int argc, char** argv) {
     }
     const auto t4 = std::chrono::steady_clock::now();
     auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-    std::printf("model %s, %s linears, copy %.0f GB/s\n", dir.c_str(),
-                exact ? "exact-order" : "tensor-core", copy);
+    std::printf("model %s, %s activations, %s linears, copy %.0f GB/s\n", dir.c_str(),
+                bf16 ? "bf16" : "fp32", exact ? "exact-order" : "tensor-core", copy);
     std::printf(
         "load %.1f s; prefill %lld tokens %.3f s (%.0f tok/s); decode %lld steps %.2f "
         "ms/step (wall)\n",

@@ -5,6 +5,7 @@
 # benchmark at batch 1 for 4K and 64K contexts with the extrapolation to the 40-layer model.
 # Logs go to $OUT (or ./gpu-out). EXPERTS=N: routed experts kept per layer (default 384; batch 1
 # touches top-6 of them, so fewer only shrink the checkpoint). CONTEXTS="4096 65536" by default.
+# BENCH_FLAGS="--bf16": the bf16 precision (default: fp32 activations, tensor-core linears).
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "${out}"
@@ -20,7 +21,7 @@ if [[ ! -f "${model}/config.json" ]]; then
   tail -n 1 "${out}/synth.log"
 fi
 for ctx in ${CONTEXTS:-4096 65536}; do
-  "${bin}/cuda_forward_bench" "${model}" --prompt "${ctx}" --decode "${DECODE:-16}" \
+  "${bin}/cuda_forward_bench" "${model}" --prompt "${ctx}" --decode "${DECODE:-16}" ${BENCH_FLAGS:-} \
     --extrapolate v41-flash > "${out}/cuda_forward_bench-${ctx}.log" 2>&1 || status=1
   cat "${out}/cuda_forward_bench-${ctx}.log"
 done

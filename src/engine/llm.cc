@@ -81,8 +81,8 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& conf
            config.backend);
 #endif
   if (config.backend == "cuda") {
-    DI_CHECK(config.precision == "fp32", "--precision {}: the CUDA backend runs fp32 for now",
-             config.precision);
+    DI_CHECK(config.precision == "fp32" || config.precision == "bf16",
+             "--precision {}: the CUDA backend runs fp32 and bf16", config.precision);
   }
   DI_CHECK(config.precision == "fp32" || config.precision == "fp64" || config.precision == "bf16",
            "--precision {}: the CPU backend supports fp32, bf16 and fp64", config.precision);

@@ -10,7 +10,7 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--model", f.model, "model directory (config.json + safetensors)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  app.add_option("--backend", f.config.backend, "cpu | cuda (CUDA builds; fp32)")
+  app.add_option("--backend", f.config.backend, "cpu | cuda (CUDA builds; fp32 or bf16)")
       ->capture_default_str();
   app.add_option("--precision", f.config.precision,
                  "fp32 | bf16 (the reference's bf16 semantics, CPU) | fp64 (CPU validation)")

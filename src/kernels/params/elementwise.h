@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/params/dense_ops.h"
+
 namespace di {
 
 // x[i] = fp32(x[i] * s) in place (one rounded product, as the CPU's `v = v * s`): e.g. the
@@ -13,6 +15,17 @@ struct ScaleParams {
   float* x = nullptr;
   int64_t n = 0;
   float s = 1.0f;
+};
+
+// dst[i] = src[i] in another activation precision: fp32 -> bf16 rounds to nearest even (NaN stays
+// NaN), bf16 -> fp32 is exact, same -> same copies. For the bf16 forward's fp32-only consumers
+// (the bf16-weight GEMMs, the LM head) and its bf16-declared fp32 results.
+struct ConvertParams {
+  const void* src = nullptr;
+  ActPrecision src_precision = ActPrecision::kF32;
+  void* dst = nullptr;
+  ActPrecision dst_precision = ActPrecision::kF32;
+  int64_t n = 0;
 };
 
 }  // namespace di

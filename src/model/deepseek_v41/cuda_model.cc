@@ -24,6 +24,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/pinned_arena.h"
+#include "common/bf16.h"
 #include "common/check.h"
 #include "engram/hash_params.h"
 #include "engram/ngram_hash.h"
@@ -55,8 +56,6 @@
 
 namespace di::v41 {
 namespace {
-
-constexpr ActPrecision kF32 = ActPrecision::kF32;
 
 size_t round_up(size_t v, size_t a) {
   return (v + a - 1) / a * a;
@@ -252,14 +251,25 @@ class CudaModel final : public ForwardModel {
   void engram(int64_t i, const std::vector<int64_t>& hashes, int64_t rows);
 
   // y[m, n] = act_quant(x) . W^T from already-quantised rows / from fp32 rows.
-  void gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const DevFp8& w, float* out);
-  void gemm_x(const float* x, int64_t m, const DevFp8& w, float* out);
+  // Outputs (and gemm_x's input) in the activation precision act_.
+  void gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const DevFp8& w, void* out);
+  void gemm_x(const void* x, int64_t m, const DevFp8& w, void* out);
   // y[m, n] = x . W^T with bf16 weights, fp32 activations and outputs.
   void gemv_bf16(const float* x, int64_t m, const DevBf16& w, float* out);
-  void norm_quant(const float* x, int64_t rows, int64_t dim, const float* weight, float* y,
+  void norm_quant(const void* x, int64_t rows, int64_t dim, const float* weight, void* y,
                   uint8_t* codes, uint8_t* scales);
-  void rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* freqs,
+  void rope(void* x, int64_t rows, int64_t heads, int64_t head_dim, const float* freqs,
             bool inverse);
+  // Activation buffers (act_ precision), and conversions for the fp32-only consumers (the
+  // bf16-weight GEMMs, the LM head) and the bf16-declared fp32 results (bf16 precision only).
+  void* act(const std::string& name, int64_t count) {
+    return buf(name, static_cast<size_t>(count) * act_bytes());
+  }
+  size_t act_bytes() const { return act_ == ActPrecision::kBF16 ? 2 : 4; }
+  const float* as_f32(const std::string& name, const void* x, int64_t count);
+  void round_to_act(const float* src, void* dst, int64_t count);
+  // fp32 values rounded to the activation precision and kept in fp32 (bf16 only; no-op in fp32).
+  void round_to_act_in_place(float* x, int64_t count);
   const float* freqs_for(int64_t block) const {
     return cfg_.compress_ratios[static_cast<size_t>(block)] > 0 ? freqs_compressed_ : freqs_plain_;
   }
@@ -292,6 +302,10 @@ class CudaModel final : public ForwardModel {
   // debugging mode; normally errors surface at the step's final synchronization).
   bool sync_check_ = false;
   bool exact_ = true;  // exact-order linears (see CudaForwardOptions::tensor_core_linears)
+  ActPrecision act_ = ActPrecision::kF32;  // activation storage: --precision fp32 | bf16
+  MhcStorage mhc_storage() const {
+    return act_ == ActPrecision::kBF16 ? MhcStorage::kBf16 : MhcStorage::kF32;
+  }
   ForwardTracer* tracer_ = nullptr;  // not owned; nullptr: no tracing
   int64_t cur_block_ = -1;           // the block being launched (error messages)
   std::vector<Event> block_events_;  // time_blocks: [blocks + 2] timing events
@@ -303,8 +317,12 @@ class CudaModel final : public ForwardModel {
   // After each launch: in sync-check mode, wait and name the failing op.
   void after(const char* op, int64_t block = -1);
   // Tracing (model/trace.h names): copies a device fp32 tensor to the tracer (synchronizes).
-  void trace_dev(int64_t block, std::string_view name, const float* dev,
-                 std::initializer_list<int64_t> shape);
+  void trace_dev(int64_t block, std::string_view name, const void* dev,
+                 std::initializer_list<int64_t> shape, ActPrecision p = ActPrecision::kF32);
+  void trace_act(int64_t block, std::string_view name, const void* dev,
+                 std::initializer_list<int64_t> shape) {
+    trace_dev(block, name, dev, shape, act_);
+  }
 };
 
 CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, ForwardOptions opts,
@@ -317,13 +335,17 @@ CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Fo
       host_(bind_weights<float>(cfg_, *ckpt_)),
       token_map_(std::move(token_map)) {
   if (const char* v = std::getenv("DI_CUDA_SYNC_CHECK")) sync_check_ = std::string(v) == "1";
-  exact_ = !cuda_.tensor_core_linears;
+  DI_CHECK(opts_.precision == Precision::kFp32 || opts_.precision == Precision::kBf16,
+           "the CUDA backend runs --precision fp32 or bf16 (fp64 is the CPU's validation "
+           "precision)");
+  // bf16: activations stored in bf16 and the tensor-core linears (the exact-order ones are the
+  // fp32 precision's); fp32: exact-order linears unless tensor_core_linears.
+  act_ = opts_.precision == Precision::kBf16 ? ActPrecision::kBF16 : ActPrecision::kF32;
+  exact_ = act_ == ActPrecision::kF32 && !cuda_.tensor_core_linears;
   if (cuda_.time_blocks) {
     for (int64_t b = 0; b < cfg_.num_layers + 2; ++b)
       block_events_.emplace_back(true);
   }
-  DI_CHECK(opts_.precision == Precision::kFp32,
-           "the CUDA backend runs with --precision fp32 for now (bf16 storage is not wired yet)");
   DI_CHECK(cfg_.hc_mult == kMhcStreams,
            "CUDA backend: hc_mult {} (the mHC kernels are built for {})", cfg_.hc_mult,
            kMhcStreams);
@@ -594,8 +616,8 @@ void CudaModel::build_tables(Step& step) {
 }
 
 void CudaModel::gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const DevFp8& w,
-                       float* out) {
-  if (exact_) {
+                       void* out) {
+  if (exact_) {  // fp32 only
     LinearExactParams p;
     p.xq = xq;
     p.xs = xs;
@@ -606,7 +628,7 @@ void CudaModel::gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const De
     p.m = m;
     p.n = w.n;
     p.k = w.k;
-    p.y = out;
+    p.y = static_cast<float*>(out);
     linear_exact(p, stream_.get());
     after("linear_exact");
     return;
@@ -623,12 +645,12 @@ void CudaModel::gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const De
   p.k = w.k;
   p.block = w.block;
   p.out = out;
-  p.out_dtype = Fp8OutDtype::kF32;
+  p.out_dtype = act_ == ActPrecision::kBF16 ? Fp8OutDtype::kBf16 : Fp8OutDtype::kF32;
   fp8_gemm(p, plan, stream_.get());
   after("fp8_gemm");
 }
 
-void CudaModel::gemm_x(const float* x, int64_t m, const DevFp8& w, float* out) {
+void CudaModel::gemm_x(const void* x, int64_t m, const DevFp8& w, void* out) {
   // act_quant (bit-exact vs the CPU's), then the GEMM of the quantised rows.
   ActQuantParams q;
   q.x = x;
@@ -637,7 +659,7 @@ void CudaModel::gemm_x(const float* x, int64_t m, const DevFp8& w, float* out) {
   q.rows = m;
   q.dim = w.k;
   q.block = kActBlock;
-  q.precision = kF32;
+  q.precision = act_;
   act_quant(q, stream_.get());
   after("act_quant");
   gemm_q(q.codes, q.scales, m, w, out);
@@ -668,7 +690,7 @@ void CudaModel::gemv_bf16(const float* x, int64_t m, const DevBf16& w, float* ou
   after("lm_head");
 }
 
-void CudaModel::norm_quant(const float* x, int64_t rows, int64_t dim, const float* weight, float* y,
+void CudaModel::norm_quant(const void* x, int64_t rows, int64_t dim, const float* weight, void* y,
                            uint8_t* codes, uint8_t* scales) {
   RmsNormQuantParams p;
   p.norm.x = x;
@@ -677,7 +699,7 @@ void CudaModel::norm_quant(const float* x, int64_t rows, int64_t dim, const floa
   p.norm.rows = rows;
   p.norm.dim = dim;
   p.norm.eps = static_cast<float>(cfg_.rms_norm_eps);
-  p.norm.precision = kF32;
+  p.norm.precision = act_;
   p.codes = codes;
   p.scales = scales;
   p.block = kActBlock;
@@ -685,7 +707,7 @@ void CudaModel::norm_quant(const float* x, int64_t rows, int64_t dim, const floa
   after("rms_norm_act_quant");
 }
 
-void CudaModel::rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* freqs,
+void CudaModel::rope(void* x, int64_t rows, int64_t heads, int64_t head_dim, const float* freqs,
                      bool inverse) {
   RopeApplyParams p;
   p.x = x;
@@ -696,7 +718,7 @@ void CudaModel::rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, co
   p.head_dim = head_dim;
   p.rope_dim = cfg_.rope_head_dim;
   p.inverse = inverse;
-  p.precision = kF32;
+  p.precision = act_;
   apply_rope(p, stream_.get());
   after("apply_rope");
 }
@@ -711,19 +733,70 @@ void CudaModel::after(const char* op, int64_t block) {
   }
 }
 
-void CudaModel::trace_dev(int64_t block, std::string_view name, const float* dev,
-                          std::initializer_list<int64_t> shape) {
+void CudaModel::trace_dev(int64_t block, std::string_view name, const void* dev,
+                          std::initializer_list<int64_t> shape, ActPrecision p) {
   if (tracer_ == nullptr) return;
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;
-  std::vector<float> host(static_cast<size_t>(n));
-  DI_CUDA_CHECK(cudaMemcpyAsync(host.data(), dev, host.size() * sizeof(float),
-                                cudaMemcpyDeviceToHost, stream_.get()));
+  const bool bf16 = p == ActPrecision::kBF16;
+  std::vector<uint8_t> host(static_cast<size_t>(n) * (bf16 ? 2 : 4));
+  DI_CUDA_CHECK(
+      cudaMemcpyAsync(host.data(), dev, host.size(), cudaMemcpyDeviceToHost, stream_.get()));
   stream_.synchronize();
-  const std::vector<double> wide(host.begin(), host.end());
+  std::vector<double> wide(static_cast<size_t>(n));
+  for (size_t k = 0; k < wide.size(); ++k) {
+    if (bf16) {
+      uint16_t b = 0;
+      std::memcpy(&b, host.data() + 2 * k, 2);
+      wide[k] = bf16_to_float(b);
+    } else {
+      float f = 0;
+      std::memcpy(&f, host.data() + 4 * k, 4);
+      wide[k] = f;
+    }
+  }
   const std::string full = block < 0 ? std::string(name) : fmt::format("layer.{}.{}", block, name);
   tracer_->record(full, wide, shape);
+}
+
+const float* CudaModel::as_f32(const std::string& name, const void* x, int64_t count) {
+  if (act_ == ActPrecision::kF32) return static_cast<const float*>(x);
+  float* y = buf<float>(name, count);
+  ConvertParams c;
+  c.src = x;
+  c.src_precision = act_;
+  c.dst = y;
+  c.dst_precision = ActPrecision::kF32;
+  c.n = count;
+  convert_values(c, stream_.get());
+  after("convert_values");
+  return y;
+}
+
+void CudaModel::round_to_act_in_place(float* x, int64_t count) {
+  if (act_ == ActPrecision::kF32) return;
+  void* tmp = act("round.tmp", count);
+  round_to_act(x, tmp, count);
+  ConvertParams c;
+  c.src = tmp;
+  c.src_precision = act_;
+  c.dst = x;
+  c.dst_precision = ActPrecision::kF32;
+  c.n = count;
+  convert_values(c, stream_.get());
+  after("convert_values");
+}
+
+void CudaModel::round_to_act(const float* src, void* dst, int64_t count) {
+  ConvertParams c;
+  c.src = src;
+  c.src_precision = ActPrecision::kF32;
+  c.dst = dst;
+  c.dst_precision = act_;
+  c.n = count;
+  convert_values(c, stream_.get());
+  after("convert_values");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -809,12 +882,12 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   EmbeddingParams ep;
   ep.table = embed_;
   ep.ids = upload<int64_t>("ids", ids);
-  ep.out = buf<float>("h", R * hc * D);
+  ep.out = act("h", R * hc * D);
   ep.rows = R;
   ep.vocab = cfg_.vocab_size;
   ep.dim = D;
   ep.copies = hc;
-  ep.precision = kF32;
+  ep.precision = act_;
   embedding_gather(ep, stream_.get());
   after("embedding_gather");
   std::vector<float> pre0(static_cast<size_t>(R * hc), 0.0f);
@@ -828,7 +901,8 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   const int64_t n_taps = cfg_.num_nextn_predict_layers > 0
                              ? static_cast<int64_t>(cfg_.dspark_target_layer_ids.size())
                              : 0;
-  float* taps_dev = n_taps > 0 ? buf<float>("taps", n_taps * R * D) : nullptr;
+  auto* taps_dev = n_taps > 0 ? static_cast<uint8_t*>(act("taps", n_taps * R * D)) : nullptr;
+  const auto ab = static_cast<int64_t>(act_bytes());
   const float* quarter =
       n_taps > 0 ? upload<float>("taps.pre", std::vector<float>(static_cast<size_t>(R * hc), 0.25f))
                  : nullptr;
@@ -842,15 +916,16 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
         std::find(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(), i);
     if (n_taps > 0 && tap != cfg_.dspark_target_layer_ids.end()) {
       MhcCollapseParams cp;
-      cp.stream = buf<float>("h", R * hc * D);
+      cp.stream = act("h", R * hc * D);
       cp.pre = quarter;
       cp.tokens = R;
       cp.dim = D;
+      cp.storage = mhc_storage();
       // Taps are concatenated in layer order (the CPU's), whatever the order of the id list.
       const auto k =
           std::count_if(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(),
                         [&](int64_t t) { return t < i; });
-      cp.out = taps_dev + k * R * D;
+      cp.out = taps_dev + k * R * D * ab;
       mhc_collapse(cp, stream_.get());
       after("mhc_collapse (DSpark taps)");
     }
@@ -869,16 +944,17 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
     out_rows[static_cast<size_t>(b)] = chunks[static_cast<size_t>(b)].all_logits ? q.rows : 1;
     n += out_rows[static_cast<size_t>(b)];
   }
-  float* fx = buf<float>("final.x", n * D);
-  const float* h = buf<float>("h", R * hc * D);
+  auto* fx = static_cast<uint8_t*>(act("final.x", n * D));
+  const auto* h = static_cast<const uint8_t*>(act("h", R * hc * D));
   const float* pre = buf<float>("pre_mix", R * hc);
   auto collapse = [&](int64_t row, int64_t count, int64_t out_row) {
     MhcCollapseParams cp;
-    cp.stream = h + row * hc * D;
+    cp.stream = h + row * hc * D * ab;
     cp.pre = pre + row * hc;
     cp.tokens = count;
     cp.dim = D;
-    cp.out = fx + out_row * D;
+    cp.storage = mhc_storage();
+    cp.out = fx + out_row * D * ab;
     mhc_collapse(cp, stream_.get());
     after("mhc_collapse");
   };
@@ -898,17 +974,18 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   np.rows = n;
   np.dim = D;
   np.eps = static_cast<float>(cfg_.rms_norm_eps);
+  np.precision = act_;
   rms_norm(np, stream_.get());
   after("rms_norm");
   const int64_t V = cfg_.vocab_size;
   float* dl = buf<float>("logits", n * V);
-  gemv_bf16(fx, n, head_, dl);
+  gemv_bf16(as_f32("final.x.f32", fx, n * D), n, head_, dl);  // fp32 logits (x.float())
   std::vector<float> l(static_cast<size_t>(n * V));
   DI_CUDA_CHECK(cudaMemcpyAsync(l.data(), dl, l.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                 stream_.get()));
-  std::vector<float> tap_values(static_cast<size_t>(n_taps * R * D));
+  std::vector<uint8_t> tap_bytes(static_cast<size_t>(n_taps * R * D * ab));
   if (n_taps > 0) {
-    DI_CUDA_CHECK(cudaMemcpyAsync(tap_values.data(), taps_dev, tap_values.size() * sizeof(float),
+    DI_CUDA_CHECK(cudaMemcpyAsync(tap_bytes.data(), taps_dev, tap_bytes.size(),
                                   cudaMemcpyDeviceToHost, stream_.get()));
   }
   mark_block(static_cast<size_t>(cfg_.num_layers) + 1);
@@ -922,6 +999,16 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   if (tracer_ != nullptr) {
     const std::vector<double> last(l.end() - V, l.end());
     tracer_->record("final.logits", last, {1, V});
+  }
+  std::vector<float> tap_values(static_cast<size_t>(n_taps * R * D));
+  for (size_t k = 0; k < tap_values.size(); ++k) {
+    if (act_ == ActPrecision::kBF16) {
+      uint16_t bits = 0;
+      std::memcpy(&bits, tap_bytes.data() + 2 * k, 2);
+      tap_values[k] = bf16_to_float(bits);
+    } else {
+      std::memcpy(&tap_values[k], tap_bytes.data() + 4 * k, 4);
+    }
   }
   for (int64_t b = 0; b < B; ++b) {
     StepSeq& q = step.seqs[static_cast<size_t>(b)];
@@ -952,14 +1039,15 @@ void CudaModel::block_forward(int64_t i, const Step& step, Shared& shared) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
   const int64_t S = step.rows;
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
-  float* h = buf<float>("h", S * hc * D);
-  float* h1 = buf<float>("h1", S * hc * D);
+  void* h = act("h", S * hc * D);
+  void* h1 = act("h1", S * hc * D);
   float* pre_mix = buf<float>("pre_mix", S * hc);
   float* attn_pre = buf<float>("attn_pre", S * hc);
-  auto mhc_pre_site = [&](const float* stream, const DevHc& m, const float* carried, float* pre,
+  auto mhc_pre_site = [&](const void* stream, const DevHc& m, const float* carried, float* pre,
                           const std::string& tag) {
     MhcPreParams p;
     p.stream = stream;
+    p.storage = mhc_storage();
     p.fn_packed = m.fn_packed;
     p.scale = m.scale;
     p.base = m.base;
@@ -969,7 +1057,7 @@ void CudaModel::block_forward(int64_t i, const Step& step, Shared& shared) {
     p.norm_eps = static_cast<float>(cfg_.rms_norm_eps);
     p.hc_eps = static_cast<float>(cfg_.hc_eps);
     p.sinkhorn_iters = static_cast<int>(cfg_.hc_sinkhorn_iters);
-    p.collapsed = buf<float>("x", S * D);
+    p.collapsed = act("x", S * D);
     p.pre = pre;
     p.post = buf<float>(tag + ".post", S * hc);
     p.comb = buf<float>(tag + ".comb", S * hc * hc);
@@ -977,8 +1065,9 @@ void CudaModel::block_forward(int64_t i, const Step& step, Shared& shared) {
     mhc_pre(p, stream_.get());
     after("mhc_pre");
   };
-  auto mhc_post_site = [&](const float* y, const float* in, float* out, const std::string& tag) {
+  auto mhc_post_site = [&](const void* y, const void* in, void* out, const std::string& tag) {
     MhcPostParams p;
+    p.storage = mhc_storage();
     p.y = y;
     p.stream_in = in;
     p.post = buf<float>(tag + ".post", S * hc);
@@ -994,27 +1083,27 @@ void CudaModel::block_forward(int64_t i, const Step& step, Shared& shared) {
     trace_dev(i, site + ".post", buf<float>(site + ".post", S * hc), {S, hc});
     trace_dev(i, site + ".comb", buf<float>(site + ".comb", S * hc * hc), {S, hc, hc});
   };
-  trace_dev(i, "in", h, {S, hc, D});
+  trace_act(i, "in", h, {S, hc, D});
   // Attention site: mixes + collapse with the carried pre-mix, attn_norm (+ act_quant).
   mhc_pre_site(h, w.hc_attn, pre_mix, attn_pre, "attn_mix");
   trace_mix("attn_mix", attn_pre);
-  norm_quant(buf<float>("x", S * D), S, D, w.attn_norm, buf<float>("xn", S * D),
-             buf<uint8_t>("xq", S * D), buf<uint8_t>("xs", S * D / kActBlock));
-  trace_dev(i, "attn.x", buf<float>("xn", S * D), {S, D});
+  norm_quant(act("x", S * D), S, D, w.attn_norm, act("xn", S * D), buf<uint8_t>("xq", S * D),
+             buf<uint8_t>("xs", S * D / kActBlock));
+  trace_act(i, "attn.x", act("xn", S * D), {S, D});
   attention(i, step, shared);
-  trace_dev(i, "attn.out", buf<float>("attn.out", S * D), {S, D});
-  mhc_post_site(buf<float>("attn.out", S * D), h, h1, "attn_mix");
-  trace_dev(i, "mid", h1, {S, hc, D});
+  trace_act(i, "attn.out", act("attn.out", S * D), {S, D});
+  mhc_post_site(act("attn.out", S * D), h, h1, "attn_mix");
+  trace_act(i, "mid", h1, {S, hc, D});
   // FFN site: its input collapses with the attention site's pre-mix (one-sublayer lag).
   mhc_pre_site(h1, w.hc_ffn, attn_pre, pre_mix, "ffn_mix");
   trace_mix("ffn_mix", pre_mix);
-  norm_quant(buf<float>("x", S * D), S, D, w.ffn_norm, buf<float>("xn", S * D),
-             buf<uint8_t>("xq", S * D), buf<uint8_t>("xs", S * D / kActBlock));
-  trace_dev(i, "ffn.x", buf<float>("xn", S * D), {S, D});
+  norm_quant(act("x", S * D), S, D, w.ffn_norm, act("xn", S * D), buf<uint8_t>("xq", S * D),
+             buf<uint8_t>("xs", S * D / kActBlock));
+  trace_act(i, "ffn.x", act("xn", S * D), {S, D});
   moe(i, S);
-  trace_dev(i, "ffn.out", buf<float>("ffn.out", S * D), {S, D});
-  mhc_post_site(buf<float>("ffn.out", S * D), h1, h, "ffn_mix");
-  trace_dev(i, "out", h, {S, hc, D});
+  trace_act(i, "ffn.out", act("ffn.out", S * D), {S, D});
+  mhc_post_site(act("ffn.out", S * D), h1, h, "ffn_mix");
+  trace_act(i, "out", h, {S, hc, D});
 }
 
 void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
@@ -1026,20 +1115,20 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   const uint8_t* xq = buf<uint8_t>("xq", S * cfg_.hidden_size);
   const uint8_t* xs = buf<uint8_t>("xs", S * cfg_.hidden_size / kActBlock);
   // Queries: wq_a, q_norm (+ act_quant, shared with the indexer's wq_b), wq_b, RoPE.
-  float* qr = buf<float>("qr", S * cfg_.q_lora_rank);
+  void* qr = act("qr", S * cfg_.q_lora_rank);
   gemm_q(xq, xs, S, w.wq_a, qr);
-  float* qrn = tracer_ != nullptr ? buf<float>("qrn", S * cfg_.q_lora_rank) : nullptr;
+  void* qrn = tracer_ != nullptr ? act("qrn", S * cfg_.q_lora_rank) : nullptr;
   norm_quant(qr, S, cfg_.q_lora_rank, w.q_norm, qrn, buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
              buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock));
-  if (qrn != nullptr) trace_dev(i, "attn.qr", qrn, {S, cfg_.q_lora_rank});
-  float* q = buf<float>("q", S * H * hd);
+  if (qrn != nullptr) trace_act(i, "attn.qr", qrn, {S, cfg_.q_lora_rank});
+  void* q = act("q", S * H * hd);
   gemm_q(buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
          buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock), S, w.wq_b, q);
   rope(q, S, H, hd, freqs, false);
-  trace_dev(i, "attn.q", q, {S, H, hd});
+  trace_act(i, "attn.q", q, {S, H, hd});
   // Window K = V: wkv, then kv_norm + RoPE + FP8 into the chunk's entries (the ring is written
   // after the attention: a prefill chunk's rows would overwrite slots its own queries read).
-  float* kv = buf<float>("kv", S * hd);
+  void* kv = act("kv", S * hd);
   gemm_q(xq, xs, S, w.wkv, kv);
   const PagedTable& swa = step.swa;
   SwaWriteParams sw;
@@ -1058,6 +1147,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   sw.eps = static_cast<float>(cfg_.rms_norm_eps);
   sw.dim = static_cast<int32_t>(hd);
   sw.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
+  sw.precision = act_;
   swa_write(sw, stream_.get());
   after("swa_write");
 
@@ -1073,8 +1163,9 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
 
   SparseAttnParams ap;
   ap.q = q;
-  ap.out = buf<float>("o", S * H * hd);
+  ap.out = act("o", S * H * hd);
   ap.rows = S;
+  ap.precision = act_;
   ap.seq = buf<int32_t>("seq", S);
   ap.pos = buf<int64_t>("positions", S);
   ap.chunk_start = buf<int64_t>("chunk_start", S);
@@ -1100,7 +1191,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   ap.fp32_reference = exact_;
   sparse_attention(ap, stream_.get());
   after("sparse_attention");
-  trace_dev(i, "attn.o", static_cast<const float*>(ap.out), {S, H, hd});
+  trace_act(i, "attn.o", ap.out, {S, H, hd});
   sw.write_ring = true;
   sw.chunk_entries = nullptr;
   swa_write(sw, stream_.get());
@@ -1110,7 +1201,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank;
   WoAParams op;
   op.o = ap.out;
-  op.precision = kF32;
+  op.precision = act_;
   op.weight = w.wo_a.w;
   op.weight_scale = w.wo_a.s;
   op.block = w.wo_a.block;
@@ -1118,7 +1209,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   op.groups = G;
   op.rank = R;
   op.group_width = H * hd / G;
-  op.z = buf<float>("z", S * G * R);
+  op.z = act("z", S * G * R);
   if (exact_) {
     // Group g: rows [g R, (g + 1) R) of wo_a (scale blocks start there: R % block == 0) over its
     // columns of o, no activation quantisation (the CPU's plain linear per group).
@@ -1143,7 +1234,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
     wo_a(op, stream_.get());
     after("wo_a");
   }
-  gemm_x(static_cast<const float*>(op.z), S, w.wo_b, buf<float>("attn.out", S * cfg_.hidden_size));
+  gemm_x(op.z, S, w.wo_b, act("attn.out", S * cfg_.hidden_size));
 }
 
 void CudaModel::compress(int64_t i, const Step& step) {
@@ -1151,10 +1242,12 @@ void CudaModel::compress(int64_t i, const Step& step) {
   const int64_t S = step.rows;
   const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
   const int64_t hd = cfg_.head_dim, ratio = p.compress_ratio;
-  const float* xn = buf<float>("xn", S * cfg_.hidden_size);
+  // Not quantised in the reference: fp32 GEMMs over the (widened) normed input. Ratio 1 has bf16
+  // weights, so its output is an activation (rounded in the bf16 precision); ratio 2 pools fp32.
+  const float* xn = as_f32("xn.f32", act("xn", S * cfg_.hidden_size), S * cfg_.hidden_size);
   float* kvc = buf<float>("comp.kv", S * hd);
-  gemv_bf16(xn, S, w.comp_wkv, kvc);  // not quantised in the reference (bf16 weights)
-  std::vector<int32_t> state_rows;    // per table batch row: its ratio-2 tail row
+  gemv_bf16(xn, S, w.comp_wkv, kvc);
+  std::vector<int32_t> state_rows;  // per table batch row: its ratio-2 tail row
   for (const StepSeq& q : step.seqs)
     state_rows.push_back(ratio > 1 ? q.st->tail_row[static_cast<size_t>(i)] : 0);
   const CompressorPlan plan =
@@ -1164,6 +1257,11 @@ void CudaModel::compress(int64_t i, const Step& step) {
   if (ratio == 1) {
     CompressRatio1Params c;
     c.x = kvc;
+    if (act_ == ActPrecision::kBF16) {
+      c.x = act("comp.kv.act", S * hd);
+      round_to_act(kvc, act("comp.kv.act", S * hd), S * hd);
+      c.precision = act_;
+    }
     c.norm_weight = w.comp_norm;
     c.freqs = freqs_for(i);
     c.seq = buf<int32_t>("seq", S);
@@ -1228,7 +1326,7 @@ void CudaModel::indexer(int64_t i, const Step& step, Shared& shared) {
   const int64_t S = step.rows, B = step.batch();
   const int64_t visible_total = step.max_entries(ratio);  // columns: the longest sequence's
   // Queries: FP8 GEMM from the quantised qr, RoPE on the tail, FP4 (UE8M0 per 32) packing.
-  float* qi = buf<float>("index.q", S * IH * IHD);
+  void* qi = act("index.q", S * IH * IHD);
   gemm_q(buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
          buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock), S, w.idx_wq_b, qi);
   rope(qi, S, IH, IHD, freqs_for(i), false);
@@ -1238,11 +1336,13 @@ void CudaModel::indexer(int64_t i, const Step& step, Shared& shared) {
   qp.rows = S;
   qp.heads = static_cast<int32_t>(IH);
   qp.dim = static_cast<int32_t>(IHD);
-  qp.precision = kF32;
+  qp.precision = act_;
   index_query_pack(qp, stream_.get());
   after("index_query_pack");
   float* weights = buf<float>("index.w", S * IH);
-  gemv_bf16(buf<float>("xn", S * cfg_.hidden_size), S, w.idx_weights_proj, weights);
+  const float* xn = as_f32("xn.f32", act("xn", S * cfg_.hidden_size), S * cfg_.hidden_size);
+  gemv_bf16(xn, S, w.idx_weights_proj, weights);
+  round_to_act_in_place(weights, S * IH);  // bf16 weights: an activation in the reference
   ScaleParams sp;
   sp.x = weights;
   sp.n = S * IH;
@@ -1250,6 +1350,7 @@ void CudaModel::indexer(int64_t i, const Step& step, Shared& shared) {
                             std::pow(static_cast<double>(IH), -0.5));
   scale_values(sp, stream_.get());
   after("scale_values");
+  round_to_act_in_place(weights, S * IH);  // (bf16 tensor) * scalar
   trace_dev(i, "index.weights", weights, {S, IH});
 
   // Whose keys: the owner's own (intended) or, per sequence, the last published slot (shipped
@@ -1359,7 +1460,7 @@ void CudaModel::moe(int64_t i, int64_t S) {
   const uint8_t* xs = buf<uint8_t>("xs", S * D / kActBlock);
   // Router: gate logits (bf16 weights, fp32), top-k with the (VL) bias, routing weights.
   float* logits = buf<float>("moe.logits", S * E);
-  gemv_bf16(buf<float>("xn", S * D), S, w.gate, logits);
+  gemv_bf16(as_f32("xn.f32", act("xn", S * D), S * D), S, w.gate, logits);  // fp32 router
   MoeRouteParams rp;
   rp.logits = logits;
   rp.bias = w.gate_bias;
@@ -1400,7 +1501,7 @@ void CudaModel::moe(int64_t i, int64_t S) {
   // w2 over the pairs. The tensor-core GEMM reads its activations in the interleaved K order.
   auto expert_gemm = [&](const uint8_t* aq, const uint8_t* as, const int32_t* pair_index,
                          const Fp4ExpertMatrix* weights, int mats, int64_t n, int64_t k,
-                         float* out) {
+                         void* out) {
     if (exact_) {
       GroupedLinearExactParams g;
       g.xq = aq;
@@ -1415,7 +1516,7 @@ void CudaModel::moe(int64_t i, int64_t S) {
       g.mats = mats;
       g.n = n;
       g.k = k;
-      g.out = out;
+      g.out = static_cast<float*>(out);
       grouped_linear_exact(g, stream_.get());
       after("grouped_linear_exact");
       return;
@@ -1435,7 +1536,7 @@ void CudaModel::moe(int64_t i, int64_t S) {
     g.n = n;
     g.k = k;
     g.out = out;
-    g.precision = kF32;
+    g.precision = act_;
     moe_expert_gemm(g, stream_.get());
     after("moe_expert_gemm");
   };
@@ -1450,7 +1551,7 @@ void CudaModel::moe(int64_t i, int64_t S) {
     after("moe_interleave_act");
     xa = ip.dst;
   }
-  float* gu = buf<float>("moe.gu", pairs * 2 * inter);
+  void* gu = act("moe.gu", pairs * 2 * inter);
   expert_gemm(xa, xs, pp.pair_index, w.experts_w13, 2, inter, D, gu);
   MoeSwigluQuantParams sq;
   sq.gu = gu;
@@ -1459,29 +1560,29 @@ void CudaModel::moe(int64_t i, int64_t S) {
   sq.pairs = pairs;
   sq.inter = inter;
   sq.limit = static_cast<float>(cfg_.swiglu_limit);
-  sq.precision = kF32;
+  sq.precision = act_;
   sq.codes = buf<uint8_t>("moe.hq", pairs * inter);
   sq.scales = buf<uint8_t>("moe.hs", pairs * inter / kActBlock);
   sq.interleave = !exact_;
   moe_swiglu_quant(sq, stream_.get());
   after("moe_swiglu_quant");
-  float* eo = buf<float>("moe.eo", pairs * D);
+  void* eo = act("moe.eo", pairs * D);
   expert_gemm(sq.codes, sq.scales, nullptr, w.experts_w2, 1, D, inter, eo);
   // Shared expert: w1 | w3 in one FP8 GEMM, SwiGLU (weight 1) -> act_quant, w2.
   const int64_t Is = w.shared_w2.k;
-  float* sgu = buf<float>("moe.shared.gu", S * 2 * Is);
+  void* sgu = act("moe.shared.gu", S * 2 * Is);
   gemm_q(xq, xs, S, w.shared_w13, sgu);
   MoeSwigluQuantParams ss;
   ss.gu = sgu;
   ss.pairs = S;
   ss.inter = Is;
   ss.limit = static_cast<float>(cfg_.swiglu_limit);
-  ss.precision = kF32;
+  ss.precision = act_;
   ss.codes = buf<uint8_t>("moe.shared.hq", S * Is);
   ss.scales = buf<uint8_t>("moe.shared.hs", S * Is / kActBlock);
   moe_swiglu_quant(ss, stream_.get());
   after("moe_swiglu_quant");
-  float* so = buf<float>("moe.shared.out", S * D);
+  void* so = act("moe.shared.out", S * D);
   gemm_q(ss.codes, ss.scales, S, w.shared_w2, so);
   // y = routed outputs summed per token in ascending expert id, then + the shared expert.
   MoeCombineParams cp;
@@ -1489,11 +1590,11 @@ void CudaModel::moe(int64_t i, int64_t S) {
   cp.shared = so;
   cp.ids = rp.ids;
   cp.pair_pos = pp.pair_pos;
-  cp.y = buf<float>("ffn.out", S * D);
+  cp.y = act("ffn.out", S * D);
   cp.rows = S;
   cp.topk = K;
   cp.dim = D;
-  cp.precision = kF32;
+  cp.precision = act_;
   moe_combine(cp, stream_.get());
   after("moe_combine");
 }
@@ -1520,16 +1621,16 @@ void CudaModel::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t S)
       cudaMemcpyAsync(staged, staging.data(), bytes, cudaMemcpyHostToDevice, stream_.get()));
   EngramDecodeParams dp;
   dp.staging = staged;
-  dp.out = buf<float>("engram.e", S * cols * hd);
+  dp.out = act("engram.e", S * cols * hd);
   dp.rows = S * cols;
   dp.cols = hd;
-  dp.precision = kF32;
+  dp.precision = act_;
   engram_decode_rows(dp, stream_.get());
   after("engram_decode_rows");
-  float* kv = buf<float>("engram.kv", S * (hc + 1) * D);
-  gemm_x(static_cast<const float*>(dp.out), S, w.engram_wkv, kv);
+  void* kv = act("engram.kv", S * (hc + 1) * D);
+  gemm_x(dp.out, S, w.engram_wkv, kv);
   EngramGateMixParams gp;
-  gp.h = buf<float>("h", S * hc * D);
+  gp.h = act("h", S * hc * D);
   gp.kv = kv;
   gp.wqk = w.engram_qk;
   gp.image_mask = image_rows_ ? buf<uint8_t>("image_mask", S) : nullptr;
@@ -1537,7 +1638,7 @@ void CudaModel::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t S)
   gp.hc = hc;
   gp.dim = D;
   gp.eps = static_cast<float>(cfg_.rms_norm_eps);
-  gp.precision = kF32;
+  gp.precision = act_;
   engram_gate_mix(gp, stream_.get());
   after("engram_gate_mix");
 }

@@ -6,10 +6,11 @@
 // rows, bf16) and a device-resident cache per sequence in the quantised entry formats of
 // kernels/params/kv_cache.h. Design and kernel inventory: docs/design/cuda_forward.md.
 //
-// Today: activations in fp32 storage (--precision fp32); the chunks of a forward call run as one
-// batched step (every launch covers the rows of all sequences; each sequence's arithmetic is its
-// own: row-wise kernels, per-row tables); plain stream-ordered launches (no graph capture yet);
-// DSpark drafting on the CPU reference.
+// Today: activations in fp32 storage (--precision fp32: exact-order linears, the fixtures' fp32
+// rule) or bf16 storage (--precision bf16: the reference's bf16 run, tensor-core linears); the
+// chunks of a forward call run as one batched step (every launch covers the rows of all sequences;
+// each sequence's arithmetic is its own: row-wise kernels, per-row tables); plain stream-ordered
+// launches (no graph capture yet); DSpark drafting on the CPU reference.
 
 #include <filesystem>
 #include <memory>
@@ -23,7 +24,8 @@ namespace di {
 
 struct CudaForwardOptions {
   int device = 0;  // CUDA device ordinal
-  // Linear layers: false (default for fp32) = exact-order CUDA-core kernels whose outputs are
+  // Linear layers of the fp32 precision (bf16 always uses the tensor-core kernels): false
+  // (default) = exact-order CUDA-core kernels whose outputs are
   // bitwise the CPU reference's (kernels/params/linear_exact.h), so the fp32 run follows the
   // reference's quantisation decisions; true = the FP8/FP4 tensor-core kernels (fp8_gemm,
   // moe_expert_gemm, wo_a), the speed path, whose FP8 accumulation is ~2^-13 relative.

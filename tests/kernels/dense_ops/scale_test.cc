@@ -1,4 +1,5 @@
-// The in-place fp32 scale (kernels/cuda/ops/scale.cuh) against the CPU's `v = v * s`: bitwise.
+// The element-wise helpers (kernels/cuda/ops/scale.cuh): the in-place fp32 scale against the
+// CPU's `v = v * s`, and the fp32 <-> bf16 conversion against common/bf16.h: bitwise.
 
 #include "kernels/cuda/ops/scale.cuh"
 
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/device.h"
+#include "common/bf16.h"
 #include "common/error.h"
 #include "dense_ops_test_util.h"
 
@@ -33,6 +35,46 @@ TEST(ScaleValuesGpu, BitwiseEqualToCpuProducts) {
     }
     EXPECT_EQ(bad, 0) << "n=" << n;
   }
+}
+
+TEST(ConvertValuesGpu, NarrowRoundsToNearestEvenWidenIsExact) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Stream stream;
+  const int64_t n = 100003;
+  std::vector<float> x = dense_test::random_normal(static_cast<size_t>(n), 41, 3.0f);
+  x[0] = 1.0f + 0x1p-8f;      // a tie: to 1
+  x[1] = 1.0f + 3 * 0x1p-8f;  // a tie: to 1 + 2^-6
+  x[2] = -0.0f;
+  x[3] = 3.0e38f;  // past the bf16 range: +inf
+  DeviceBuffer src = dense_test::upload(x, stream.get());
+  DeviceBuffer narrow(static_cast<size_t>(n) * 2, "bf16");
+  DeviceBuffer wide(static_cast<size_t>(n) * 4, "fp32");
+  ConvertParams c;
+  c.src = src.data();
+  c.src_precision = ActPrecision::kF32;
+  c.dst = narrow.data();
+  c.dst_precision = ActPrecision::kBF16;
+  c.n = n;
+  convert_values(c, stream.get());
+  ConvertParams w;
+  w.src = narrow.data();
+  w.src_precision = ActPrecision::kBF16;
+  w.dst = wide.data();
+  w.dst_precision = ActPrecision::kF32;
+  w.n = n;
+  convert_values(w, stream.get());
+  const auto bits = dense_test::download<uint16_t>(narrow, static_cast<size_t>(n), stream.get());
+  const auto back = dense_test::download<float>(wide, static_cast<size_t>(n), stream.get());
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t want = bf16_from_float(x[static_cast<size_t>(i)]);
+    bad += bits[static_cast<size_t>(i)] != want;
+    bad += dense_test::float_bits(back[static_cast<size_t>(i)]) !=
+           dense_test::float_bits(bf16_to_float(want));
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], 1.0f + 0x1p-6f);
 }
 
 TEST(ScaleValuesErrors, NullWithElementsIsRejected) {

@@ -1,4 +1,7 @@
-// In-place scale by one fp32 factor: x[i] = fp32(x[i] * s), one rounded product per element.
+// Element-wise helpers: the in-place scale by one fp32 factor (x[i] = fp32(x[i] * s), one rounded
+// product per element) and the fp32 <-> bf16 conversion of activations.
+
+#include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
@@ -14,7 +17,42 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(float* x, int64_t n, fl
   if (i < n) x[i] = __fmul_rn(x[i], s);
 }
 
+__global__ void __launch_bounds__(kThreads)
+    narrow_kernel(const float* src, __nv_bfloat16* dst, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < n) dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    widen_kernel(const __nv_bfloat16* src, float* dst, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < n) dst[i] = __bfloat162float(src[i]);
+}
+
 }  // namespace
+
+void convert_values(const ConvertParams& p, cudaStream_t stream) {
+  DI_CHECK(p.n >= 0 && p.n <= int64_t{kThreads} * 0x7FFFFFFF, "convert_values: n {} out of range",
+           p.n);
+  if (p.n == 0) return;
+  DI_CHECK(p.src != nullptr && p.dst != nullptr, "convert_values: null src or dst (n={})", p.n);
+  const bool src_bf16 = p.src_precision == ActPrecision::kBF16;
+  const bool dst_bf16 = p.dst_precision == ActPrecision::kBF16;
+  if (src_bf16 == dst_bf16) {
+    DI_CUDA_CHECK(cudaMemcpyAsync(p.dst, p.src, static_cast<size_t>(p.n) * (src_bf16 ? 2 : 4),
+                                  cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  const auto grid = static_cast<unsigned>((p.n + kThreads - 1) / kThreads);
+  if (dst_bf16) {
+    narrow_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(p.src),
+                                                 static_cast<__nv_bfloat16*>(p.dst), p.n);
+  } else {
+    widen_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(p.src),
+                                                static_cast<float*>(p.dst), p.n);
+  }
+  DI_CUDA_CHECK(cudaGetLastError());
+}
 
 void scale_values(const ScaleParams& p, cudaStream_t stream) {
   DI_CHECK(p.n >= 0 && p.n <= int64_t{kThreads} * 0x7FFFFFFF, "scale_values: n {} out of range",

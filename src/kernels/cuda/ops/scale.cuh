@@ -1,7 +1,7 @@
 #pragma once
 
-// CUDA launcher of the in-place scale (kernels/params/elementwise.h). Host-only declaration;
-// validates, never allocates or synchronizes.
+// CUDA launchers of the element-wise helpers (kernels/params/elementwise.h): the in-place scale
+// and the precision conversion. Host-only declarations; validate, never allocate or synchronize.
 
 #include <cuda_runtime_api.h>
 
@@ -9,4 +9,5 @@
 
 namespace di {
 void scale_values(const ScaleParams& params, cudaStream_t stream);
+void convert_values(const ConvertParams& params, cudaStream_t stream);
 }  // namespace di
