@@ -245,8 +245,9 @@ class CudaModel final : public ForwardModel {
   void forward_step(Step& step, std::span<const SequenceChunk> chunks, ForwardResult& res);
   void block_forward(int64_t i, const Step& step, Shared& shared);
   void attention(int64_t i, const Step& step, Shared& shared);
-  void indexer(int64_t i, const Step& step, Shared& shared);
-  void compress(int64_t i, const Step& step);
+  // xn32: the attention input in fp32 (for the bf16-weight GEMMs), converted once per layer.
+  void indexer(int64_t i, const Step& step, Shared& shared, const float* xn32);
+  void compress(int64_t i, const Step& step, const float* xn32);
   void moe(int64_t i, int64_t rows);
   void engram(int64_t i, const std::vector<int64_t>& hashes, int64_t rows);
 
@@ -1153,11 +1154,15 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
 
   int64_t compress_len = 0;
   if (p.compress_ratio > 0) {
-    if (p.mode == AttnMode::kFull) compress(i, step);
+    const float* xn32 = nullptr;
+    if (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex) {
+      xn32 = as_f32("xn.f32", act("xn", S * cfg_.hidden_size), S * cfg_.hidden_size);
+    }
+    if (p.mode == AttnMode::kFull) compress(i, step, xn32);
     compress_len = step.max_entries(p.compress_ratio);  // the longest sequence's
     if (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex) {
       shared.topk_width = 0;
-      if (compress_len > 0) indexer(i, step, shared);
+      if (compress_len > 0) indexer(i, step, shared, xn32);
     }
   }
 
@@ -1237,14 +1242,13 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   gemm_x(op.z, S, w.wo_b, act("attn.out", S * cfg_.hidden_size));
 }
 
-void CudaModel::compress(int64_t i, const Step& step) {
+void CudaModel::compress(int64_t i, const Step& step, const float* xn) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
   const int64_t S = step.rows;
   const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
   const int64_t hd = cfg_.head_dim, ratio = p.compress_ratio;
   // Not quantised in the reference: fp32 GEMMs over the (widened) normed input. Ratio 1 has bf16
   // weights, so its output is an activation (rounded in the bf16 precision); ratio 2 pools fp32.
-  const float* xn = as_f32("xn.f32", act("xn", S * cfg_.hidden_size), S * cfg_.hidden_size);
   float* kvc = buf<float>("comp.kv", S * hd);
   gemv_bf16(xn, S, w.comp_wkv, kvc);
   std::vector<int32_t> state_rows;  // per table batch row: its ratio-2 tail row
@@ -1318,7 +1322,7 @@ void CudaModel::compress(int64_t i, const Step& step) {
     step.seqs[static_cast<size_t>(b)].st->last_index_publisher = i;
 }
 
-void CudaModel::indexer(int64_t i, const Step& step, Shared& shared) {
+void CudaModel::indexer(int64_t i, const Step& step, Shared& shared, const float* xn) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
   const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
   const int64_t ratio = p.compress_ratio;
@@ -1340,7 +1344,6 @@ void CudaModel::indexer(int64_t i, const Step& step, Shared& shared) {
   index_query_pack(qp, stream_.get());
   after("index_query_pack");
   float* weights = buf<float>("index.w", S * IH);
-  const float* xn = as_f32("xn.f32", act("xn", S * cfg_.hidden_size), S * cfg_.hidden_size);
   gemv_bf16(xn, S, w.idx_weights_proj, weights);
   round_to_act_in_place(weights, S * IH);  // bf16 weights: an activation in the reference
   ScaleParams sp;
