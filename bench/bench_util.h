@@ -5,8 +5,10 @@
 // that the memory-bound kernels are compared with.
 
 #include <cuda_runtime_api.h>
+#include <execinfo.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstddef>
 #include <functional>
 #include <vector>
@@ -16,6 +18,23 @@
 #include "backend/cuda/device_buffer.h"
 
 namespace di::bench {
+
+// A benchmark that crashes on the GPU machine (no debugger there) prints its stack to stderr:
+// "binary(+0xOFFSET)" frames, which `addr2line -f -C -e BINARY OFFSET` resolves where it was built.
+inline void backtrace_on_crash() {
+  void* prime[1];
+  (void)backtrace(prime, 1);  // loads libgcc's unwinder now, not inside the handler
+  auto handler = [](int sig) {
+    void* frames[64];
+    const int n = backtrace(frames, 64);
+    backtrace_symbols_fd(frames, n, 2);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  };
+  std::signal(SIGSEGV, handler);
+  std::signal(SIGABRT, handler);
+  std::signal(SIGBUS, handler);
+}
 
 // A device copy of a host vector (synchronised: benchmark set-up only).
 template <typename T>

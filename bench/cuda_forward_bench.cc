@@ -1,29 +1,39 @@
-// cuda_forward_bench MODEL_DIR [--prompt N] [--decode N] [--exact | --bf16] [--extrapolate CONFIG]
+// cuda_forward_bench MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16]
+//                    [--extrapolate CONFIG]
 // The CUDA forward of a DeepSeek-V4.1 checkpoint (e.g. `deepinfer synth --config v41-flash
-// --layers 4`): one prefill of N tokens, then decode steps of one token; per backbone block the
-// mean GPU time of a decode step (CUDA events at block boundaries, Engram included) against the
-// HBM floor of that block at batch 1: the bytes of the weights it touches (attention, mHC, router,
-// top-k routed experts, shared expert, Engram wkv and staged rows) plus the KV bytes its
-// attention and indexer read at this context, over the device-to-device copy bandwidth measured
-// in the same run. --exact: the fp32 run's exact-order linear layers (validation speed);
+// --layers 4`): B sequences (--batch, default 1), each prefilled with N tokens (one forward call
+// per sequence), then decode steps of one token per sequence, all B in one batched forward call;
+// per backbone block the mean GPU time of a decode step (CUDA events at block boundaries, Engram
+// included) against the HBM floor of that block at batch B: the bytes of the weights it touches
+// (attention, mHC, router, the routed experts B tokens are expected to pick under uniform routing,
+// E * (1 - (1 - k/E)^B) of E, the shared expert, Engram wkv and staged rows) plus the KV bytes its
+// attention and indexer read for B sequences at this context, over the device-to-device copy
+// bandwidth measured in the same run. --exact: the fp32 run's exact-order linear layers (validation
+// speed);
 // --bf16: the bf16 precision (bf16 activations, tensor-core kernels); default: fp32 activations
 // with the FP8/FP4 tensor-core kernels. --extrapolate CONFIG (a preset such as v41-flash, or
 // a config.json): the full model's decode step at batch 1, each of its layers timed as the mean
 // of the measured layers of the same role (ratio, attention mode, candidate pool, Engram; e.g. a
 // checkpoint from `deepinfer synth --layer-ids 0,1,2,3,14,20,21,24,25`), plus the measured head.
+// When the measured checkpoint keeps fewer routed experts than CONFIG (synth --experts) and B > 1,
+// the full model's extra expected expert bytes are added at the measured copy bandwidth (printed
+// as its own term: an estimate, not a measurement).
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
 #include "bench_util.h"
+#include "common/check.h"
 #include "common/error.h"
 #include "config/model_config.h"
 #include "engram/token_map.h"
@@ -35,10 +45,18 @@
 
 namespace {
 
-// Weight bytes block b reads at batch 1 (one token): every tensor of the block except the
-// routed experts (top-k of them) and the host-resident Engram table (its staged rows instead).
+// Expected distinct experts B tokens pick, each k of E uniformly at random.
+double expected_experts(int64_t E, int64_t k, int64_t batch) {
+  const double miss = 1.0 - static_cast<double>(k) / static_cast<double>(E);
+  return static_cast<double>(E) * (1.0 - std::pow(miss, static_cast<double>(batch)));
+}
+
+// Weight bytes block b reads in a decode step of `batch` tokens: every tensor of the block except
+// the routed experts (the expected distinct ones) and the host-resident Engram table (its staged
+// rows instead). `experts_out` (optional): the routed-expert part alone.
 std::vector<double> weight_bytes_per_block(const di::ModelConfig& cfg,
-                                           const std::vector<di::LayerPlan>& plan) {
+                                           const std::vector<di::LayerPlan>& plan, int64_t batch,
+                                           std::vector<double>* experts_out = nullptr) {
   const di::WeightCatalogue cat(cfg, plan);
   const auto L = static_cast<size_t>(cfg.num_layers);
   std::vector<double> dense(L, 0.0), experts(L, 0.0);
@@ -54,19 +72,21 @@ std::vector<double> weight_bytes_per_block(const di::ModelConfig& cfg,
       dense[b] += static_cast<double>(w.nbytes());
     }
   }
-  std::vector<double> out(L);
+  std::vector<double> out(L), routed(L, 0.0);
   for (size_t b = 0; b < L; ++b) {
     const di::LayerPlan& p = plan[b];
-    out[b] = dense[b];
     if (p.n_routed_experts > 0) {
-      out[b] += experts[b] / static_cast<double>(p.n_routed_experts) *
-                static_cast<double>(p.num_experts_per_tok);
+      routed[b] = experts[b] / static_cast<double>(p.n_routed_experts) *
+                  expected_experts(p.n_routed_experts, p.num_experts_per_tok, batch);
     }
+    out[b] = dense[b] + routed[b];
     if (p.engram_slot >= 0) {
       const double hd = static_cast<double>(cfg.engram_head_dim);
-      out[b] += static_cast<double>(cfg.engram_hash_columns()) * (hd + hd / 32.0);
+      out[b] += static_cast<double>(batch) * static_cast<double>(cfg.engram_hash_columns()) *
+                (hd + hd / 32.0);
     }
   }
+  if (experts_out != nullptr) *experts_out = std::move(routed);
   return out;
 }
 
@@ -97,17 +117,26 @@ std::string role_of(const di::LayerPlan& p) {
 // names the role) when the measured checkpoint lacks a role the full model has.
 bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
                  const std::vector<di::LayerPlan>& measured, const std::vector<double>& us,
-                 double head_us, int64_t ctx, double copy_gbs) {
+                 double head_us, int64_t ctx, int64_t batch, double copy_gbs) {
   const di::ModelConfig full = di::parse_model_config(di::load_config_json(config).dump(), config);
   const std::vector<di::LayerPlan> plan = di::build_layer_plan(full);
-  const std::vector<double> wbytes = weight_bytes_per_block(full, plan);
+  std::vector<double> full_experts, measured_experts;
+  const std::vector<double> wbytes = weight_bytes_per_block(full, plan, batch, &full_experts);
+  (void)weight_bytes_per_block(measured_cfg, measured, batch, &measured_experts);
+  // Mean routed-expert bytes of a measured layer of each role (to scale to the full expert count).
+  std::map<std::string, std::pair<double, int>> experts_by_role;
+  for (int64_t b = 0; b < measured_cfg.num_layers; ++b) {
+    auto& [sum, n] = experts_by_role[role_of(measured[static_cast<size_t>(b)])];
+    sum += measured_experts[static_cast<size_t>(b)];
+    ++n;
+  }
   std::map<std::string, std::pair<double, int>> by_role;
   for (int64_t b = 0; b < measured_cfg.num_layers; ++b) {
     auto& [sum, n] = by_role[role_of(measured[static_cast<size_t>(b)])];
     sum += us[static_cast<size_t>(b)];
     ++n;
   }
-  double total = head_us, floor_total = 0;
+  double total = head_us, floor_total = 0, extra_expert_us = 0;
   std::map<std::string, int> counts;
   for (int64_t b = 0; b < full.num_layers; ++b) {
     const std::string role = role_of(plan[static_cast<size_t>(b)]);
@@ -118,19 +147,32 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
       return false;
     }
     total += it->second.first / it->second.second;
+    const auto& [esum, en] = experts_by_role[role];
+    extra_expert_us +=
+        std::max(0.0, full_experts[static_cast<size_t>(b)] - esum / en) / (copy_gbs * 1e9) * 1e6;
     floor_total +=
-        (wbytes[static_cast<size_t>(b)] + kv_bytes(full, plan[static_cast<size_t>(b)], ctx)) /
+        (wbytes[static_cast<size_t>(b)] +
+         static_cast<double>(batch) * kv_bytes(full, plan[static_cast<size_t>(b)], ctx)) /
         (copy_gbs * 1e9) * 1e6;
     ++counts[role];
   }
-  std::printf("extrapolation to %s (%lld layers) at batch 1, context %lld: roles", config.c_str(),
-              static_cast<long long>(full.num_layers), static_cast<long long>(ctx));
+  total += extra_expert_us;
+  std::printf("extrapolation to %s (%lld layers) at batch %lld, context %lld: roles",
+              config.c_str(), static_cast<long long>(full.num_layers),
+              static_cast<long long>(batch), static_cast<long long>(ctx));
   for (const auto& [role, n] : counts)
     std::printf(" %s x%d", role.c_str(), n);
   std::printf(
-      "\n  decode step %.1f us (blocks + head) = %.1f tok/s; blocks' HBM floor %.1f us (%.2fx); "
+      "\n  decode step %.1f us (blocks + head%s) = %.1f tok/s; blocks' HBM floor %.1f us (%.2fx); "
       "one H200, no DSpark\n",
-      total, 1e6 / total, floor_total, (total - head_us) / floor_total);
+      total, extra_expert_us > 0 ? ", + estimated full-expert traffic" : "",
+      1e6 * static_cast<double>(batch) / total, floor_total, (total - head_us) / floor_total);
+  if (extra_expert_us > 0) {
+    std::printf(
+        "  (estimate: +%.1f us for the routed experts the measured checkpoint lacks, "
+        "streamed at the copy bandwidth)\n",
+        extra_expert_us);
+  }
   return true;
 }
 
@@ -139,13 +181,13 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: %s MODEL_DIR [--prompt N] [--decode N] [--exact | --bf16] "
+                 "usage: %s MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16] "
                  "[--extrapolate CONFIG]\n",
                  argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
-  int64_t prompt = 4096, decode = 16;
+  int64_t prompt = 4096, decode = 16, batch = 1;
   bool exact = false, bf16 = false;
   std::string extrapolate_to;
   for (int i = 2; i < argc; ++i) {
@@ -159,12 +201,22 @@ int main(int argc, char** argv) {
       prompt = std::atoll(argv[++i]);
     } else if (std::strcmp(argv[i], "--decode") == 0 && i + 1 < argc) {
       decode = std::atoll(argv[++i]);
+    } else if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+      batch = std::atoll(argv[++i]);
+    } else {
+      std::fprintf(stderr, "error: unknown or incomplete argument %s\n", argv[i]);
+      return 2;
     }
   }
+  if (prompt < 1 || decode < 1 || batch < 1) {
+    std::fprintf(stderr, "error: --prompt, --decode and --batch must be >= 1\n");
+    return 2;
+  }
+  di::bench::backtrace_on_crash();
   try {
     const di::ModelConfig cfg = di::load_model_config(dir);
     const std::vector<di::LayerPlan> plan = di::build_layer_plan(cfg);
-    const std::vector<double> wbytes = weight_bytes_per_block(cfg, plan);
+    const std::vector<double> wbytes = weight_bytes_per_block(cfg, plan, batch);
     di::Stream stream;
     const double copy = di::bench::copy_gbs(stream);
     di::ForwardOptions fo;
@@ -186,22 +238,47 @@ int main(int argc, char** argv) {
     }
     auto model = di::load_cuda_forward_model(dir, fo, co, std::move(map));
     const auto t1 = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "loaded in %.1f s\n", std::chrono::duration<double>(t1 - t0).count());
+    // Distinct prompts per sequence (no shared prefix), one prefill call each.
+    std::vector<std::unique_ptr<di::SequenceState>> seqs;
+    std::vector<int64_t> next(static_cast<size_t>(batch));
     std::vector<int64_t> ids(static_cast<size_t>(prompt));
-    for (int64_t i = 0; i < prompt; ++i)
-      ids[static_cast<size_t>(i)] = (i * 7919 + 13) % model->vocab_size();
-    auto st = model->new_sequence();
-    di::SequenceChunk chunk{st.get(), ids};
-    auto r = model->forward({&chunk, 1});
+    for (int64_t s = 0; s < batch; ++s) {
+      for (int64_t i = 0; i < prompt; ++i)
+        ids[static_cast<size_t>(i)] = (i * 7919 + 13 + s * 104729) % model->vocab_size();
+      seqs.push_back(model->new_sequence());
+      // A forward step holds at most 65535 tokens: long prompts go in chunks.
+      constexpr int64_t kChunk = 32768;
+      for (int64_t off = 0; off < prompt; off += kChunk) {
+        di::SequenceChunk chunk{
+            seqs.back().get(),
+            std::span<const int64_t>(ids).subspan(
+                static_cast<size_t>(off), static_cast<size_t>(std::min(kChunk, prompt - off)))};
+        const di::ForwardResult r = model->forward({&chunk, 1});
+        if (off + kChunk >= prompt) {
+          const auto& l = r.logits[0];
+          next[static_cast<size_t>(s)] = std::max_element(l.begin(), l.end()) - l.begin();
+        }
+      }
+      if (s == 0) std::fprintf(stderr, "sequence 0 prefilled\n");
+    }
     const auto t2 = std::chrono::steady_clock::now();
     const auto L = static_cast<size_t>(cfg.num_layers);
     std::vector<double> sum(L + 1, 0.0);
     const auto t3 = std::chrono::steady_clock::now();
-    for (int64_t s = 0; s < decode; ++s) {
-      const auto& l = r.logits[0];
-      const int64_t next = std::max_element(l.begin(), l.end()) - l.begin();
-      di::SequenceChunk c{st.get(), std::span<const int64_t>(&next, 1)};
-      r = model->forward({&c, 1});
+    std::vector<di::SequenceChunk> chunks(static_cast<size_t>(batch));
+    for (int64_t step = 0; step < decode; ++step) {
+      for (size_t s = 0; s < chunks.size(); ++s)
+        chunks[s] = di::SequenceChunk{seqs[s].get(), std::span<const int64_t>(&next[s], 1)};
+      const di::ForwardResult r = model->forward(chunks);
+      for (size_t s = 0; s < chunks.size(); ++s) {
+        const auto& l = r.logits[s];
+        next[s] = std::max_element(l.begin(), l.end()) - l.begin();
+      }
       const std::vector<double> ms = di::cuda_forward_block_ms(*model);
+      DI_CHECK(ms.size() == sum.size(), "cuda_forward_block_ms: {} entries, expected {}", ms.size(),
+               sum.size());
+      if (step == 0) std::fprintf(stderr, "decode step 0 done\n");
       for (size_t k = 0; k < sum.size(); ++k)
         sum[k] += ms[k];
     }
@@ -210,11 +287,11 @@ int main(int argc, char** argv) {
     std::printf("model %s, %s activations, %s linears, copy %.0f GB/s\n", dir.c_str(),
                 bf16 ? "bf16" : "fp32", exact ? "exact-order" : "tensor-core", copy);
     std::printf(
-        "load %.1f s; prefill %lld tokens %.3f s (%.0f tok/s); decode %lld steps %.2f "
-        "ms/step (wall)\n",
-        sec(t0, t1), static_cast<long long>(prompt), sec(t1, t2),
-        static_cast<double>(prompt) / sec(t1, t2), static_cast<long long>(decode),
-        1e3 * sec(t3, t4) / static_cast<double>(std::max<int64_t>(decode, 1)));
+        "load %.1f s; prefill %lld x %lld tokens %.3f s (%.0f tok/s); decode batch %lld, %lld "
+        "steps %.2f ms/step (wall, host logits included)\n",
+        sec(t0, t1), static_cast<long long>(batch), static_cast<long long>(prompt), sec(t1, t2),
+        static_cast<double>(batch * prompt) / sec(t1, t2), static_cast<long long>(batch),
+        static_cast<long long>(decode), 1e3 * sec(t3, t4) / static_cast<double>(decode));
     std::printf("%5s %6s %8s %4s %10s %10s %10s %7s\n", "block", "ratio", "mode", "eng", "us/step",
                 "MB", "floor us", "x floor");
     double total_us = 0, total_floor = 0;
@@ -222,7 +299,8 @@ int main(int argc, char** argv) {
     for (size_t b = 0; b < L; ++b) {
       const double us = 1e3 * sum[b] / static_cast<double>(std::max<int64_t>(decode, 1));
       block_us[b] = us;
-      const double bytes = wbytes[b] + kv_bytes(cfg, plan[b], prompt + decode / 2);
+      const double bytes =
+          wbytes[b] + static_cast<double>(batch) * kv_bytes(cfg, plan[b], prompt + decode / 2);
       const double floor_us = bytes / (copy * 1e9) * 1e6;
       total_us += us;
       total_floor += floor_us;
@@ -232,10 +310,12 @@ int main(int argc, char** argv) {
                   plan[b].engram_slot >= 0 ? "yes" : "", us, bytes / 1e6, floor_us, us / floor_us);
     }
     const double head_us = 1e3 * sum[L] / static_cast<double>(std::max<int64_t>(decode, 1));
-    std::printf("blocks: %.1f us/step vs floor %.1f us (%.2fx); collapse + norm + head %.1f us\n",
-                total_us, total_floor, total_us / total_floor, head_us);
-    if (!extrapolate_to.empty() &&
-        !extrapolate(extrapolate_to, cfg, plan, block_us, head_us, prompt + decode / 2, copy)) {
+    std::printf(
+        "blocks: %.1f us/step vs floor %.1f us (%.2fx); collapse + norm + head %.1f us; "
+        "batch %lld\n",
+        total_us, total_floor, total_us / total_floor, head_us, static_cast<long long>(batch));
+    if (!extrapolate_to.empty() && !extrapolate(extrapolate_to, cfg, plan, block_us, head_us,
+                                                prompt + decode / 2, batch, copy)) {
       return 1;
     }
     return 0;
