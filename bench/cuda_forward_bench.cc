@@ -1,5 +1,5 @@
 // cuda_forward_bench MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16]
-//                    [--extrapolate CONFIG]
+//                    [--extrapolate CONFIG] [--ops]
 // The CUDA forward of a DeepSeek-V4.1 checkpoint (e.g. `deepinfer synth --config v41-flash
 // --layers 4`): B sequences (--batch, default 1), each prefilled with N tokens (one forward call
 // per sequence), then decode steps of one token per sequence, all B in one batched forward call;
@@ -17,7 +17,8 @@
 // checkpoint from `deepinfer synth --layer-ids 0,1,2,3,14,20,21,24,25`), plus the measured head.
 // When the measured checkpoint keeps fewer routed experts than CONFIG (synth --experts) and B > 1,
 // the full model's extra expected expert bytes are added at the measured copy bandwidth (printed
-// as its own term: an estimate, not a measurement).
+// as its own term: an estimate, not a measurement). --ops: also the decode step's GPU time per op
+// (an event after every launch; a host-bound gap counts as the next launch's), largest first.
 
 #include <algorithm>
 #include <chrono>
@@ -182,19 +183,21 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16] "
-                 "[--extrapolate CONFIG]\n",
+                 "[--extrapolate CONFIG] [--ops]\n",
                  argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
   int64_t prompt = 4096, decode = 16, batch = 1;
-  bool exact = false, bf16 = false;
+  bool exact = false, bf16 = false, ops = false;
   std::string extrapolate_to;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--exact") == 0) {
       exact = true;
     } else if (std::strcmp(argv[i], "--bf16") == 0) {
       bf16 = true;
+    } else if (std::strcmp(argv[i], "--ops") == 0) {
+      ops = true;
     } else if (std::strcmp(argv[i], "--extrapolate") == 0 && i + 1 < argc) {
       extrapolate_to = argv[++i];
     } else if (std::strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) {
@@ -224,6 +227,7 @@ int main(int argc, char** argv) {
     di::CudaForwardOptions co;
     co.tensor_core_linears = !exact;
     co.time_blocks = true;
+    co.time_ops = ops;
     const auto t0 = std::chrono::steady_clock::now();
     // A synthetic checkpoint has no Engram token map (the engine derives it from the tokenizer):
     // any map of the right sizes gives the same speed.
@@ -266,6 +270,7 @@ int main(int argc, char** argv) {
     const auto L = static_cast<size_t>(cfg.num_layers);
     std::vector<double> sum(L + 1, 0.0);
     const auto t3 = std::chrono::steady_clock::now();
+    if (ops) di::cuda_forward_reset_op_times(*model);
     std::vector<di::SequenceChunk> chunks(static_cast<size_t>(batch));
     for (int64_t step = 0; step < decode; ++step) {
       for (size_t s = 0; s < chunks.size(); ++s)
@@ -314,6 +319,19 @@ int main(int argc, char** argv) {
         "blocks: %.1f us/step vs floor %.1f us (%.2fx); collapse + norm + head %.1f us; "
         "batch %lld\n",
         total_us, total_floor, total_us / total_floor, head_us, static_cast<long long>(batch));
+    if (ops) {
+      // Per decode step; the events themselves add ~1-2 us per launch.
+      std::printf("%-28s %10s %9s %7s\n", "op (decode step)", "us/step", "launches", "share");
+      double all = 0;
+      const std::vector<di::CudaOpTime> times = di::cuda_forward_op_times(*model);
+      for (const di::CudaOpTime& t : times)
+        all += t.ms;
+      for (const di::CudaOpTime& t : times) {
+        std::printf(
+            "%-28s %10.1f %9.1f %6.1f%%\n", t.op.c_str(), 1e3 * t.ms / static_cast<double>(decode),
+            static_cast<double>(t.launches) / static_cast<double>(decode), 100.0 * t.ms / all);
+      }
+    }
     if (!extrapolate_to.empty() && !extrapolate(extrapolate_to, cfg, plan, block_us, head_us,
                                                 prompt + decode / 2, batch, copy)) {
       return 1;

@@ -209,6 +209,16 @@ class CudaModel final : public ForwardModel {
     return block_ms_;
   }
   void set_tracer(ForwardTracer* tracer) override { tracer_ = tracer; }
+  std::vector<CudaOpTime> op_times() const {
+    DI_CHECK(cuda_.time_ops, "cuda_forward_op_times: the model was loaded without time_ops");
+    std::vector<CudaOpTime> out;
+    for (const auto& [op, t] : op_totals_)
+      out.push_back({op, t.first, t.second});
+    std::sort(out.begin(), out.end(),
+              [](const CudaOpTime& a, const CudaOpTime& b) { return a.ms > b.ms; });
+    return out;
+  }
+  void reset_op_times() { op_totals_.clear(); }
 
  private:
   // Per-forward values handed from sources to consumers (the CPU's Model::Shared).
@@ -313,6 +323,29 @@ class CudaModel final : public ForwardModel {
   std::vector<double> block_ms_;     // time_blocks: the last chunk's per-block milliseconds
   void mark_block(size_t k) {
     if (cuda_.time_blocks) block_events_[k].record(stream_.get());
+  }
+  // time_ops: events after each launch of this step, the op names, and the running totals.
+  std::vector<Event> op_events_;
+  std::vector<const char*> op_names_;
+  size_t op_count_ = 0;
+  std::map<std::string, std::pair<double, int64_t>> op_totals_;
+  void mark_op(const char* op) {
+    if (!cuda_.time_ops) return;
+    if (op_count_ == op_events_.size()) {
+      op_events_.emplace_back(true);
+      op_names_.push_back(nullptr);
+    }
+    op_events_[op_count_].record(stream_.get());
+    op_names_[op_count_++] = op;
+  }
+  // After the step's last event completed: the time between consecutive events per op.
+  void collect_op_times() {
+    for (size_t k = 1; k < op_count_; ++k) {
+      auto& [ms, n] = op_totals_[op_names_[k]];
+      ms += Event::elapsed_ms(op_events_[k - 1], op_events_[k]);
+      ++n;
+    }
+    op_count_ = 0;
   }
 
   // After each launch: in sync-check mode, wait and name the failing op.
@@ -725,6 +758,7 @@ void CudaModel::rope(void* x, int64_t rows, int64_t heads, int64_t head_dim, con
 }
 
 void CudaModel::after(const char* op, int64_t block) {
+  mark_op(op);
   if (!sync_check_) return;
   if (block < 0) block = cur_block_;
   const cudaError_t e = cudaStreamSynchronize(stream_.get());
@@ -838,6 +872,8 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   // completed step; after a step that threw, queued copies may still read them).
   stream_.synchronize();
   uploads_.reset();
+  op_count_ = 0;  // a step that threw left its events unread
+  mark_op("(step start)");
   build_tables(step);
 
   // Step inputs per row: position, table batch row, the chunk's first position and first row
@@ -984,6 +1020,7 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   std::vector<float> l(static_cast<size_t>(n * V));
   DI_CUDA_CHECK(cudaMemcpyAsync(l.data(), dl, l.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                 stream_.get()));
+  mark_op("logits to host");
   std::vector<uint8_t> tap_bytes(static_cast<size_t>(n_taps * R * D * ab));
   if (n_taps > 0) {
     DI_CUDA_CHECK(cudaMemcpyAsync(tap_bytes.data(), taps_dev, tap_bytes.size(),
@@ -992,6 +1029,7 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   mark_block(static_cast<size_t>(cfg_.num_layers) + 1);
   stream_.synchronize();
   uploads_.reset();
+  collect_op_times();
   if (cuda_.time_blocks) {
     block_ms_.clear();
     for (size_t k = 0; k + 1 < block_events_.size(); ++k)
@@ -1622,6 +1660,7 @@ void CudaModel::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t S)
   uint8_t* staged = buf<uint8_t>("engram.staging", static_cast<int64_t>(bytes));
   DI_CUDA_CHECK(
       cudaMemcpyAsync(staged, staging.data(), bytes, cudaMemcpyHostToDevice, stream_.get()));
+  mark_op("engram rows to device");
   EngramDecodeParams dp;
   dp.staging = staged;
   dp.out = act("engram.e", S * cols * hd);
@@ -1675,6 +1714,18 @@ std::unique_ptr<ForwardModel> load_cuda_forward_model(const std::filesystem::pat
   token_map = resolve_engram_token_map(cfg, model_dir, std::move(token_map));
   return std::make_unique<v41::CudaModel>(std::move(ckpt), std::move(cfg), options, cuda,
                                           std::move(token_map));
+}
+
+std::vector<CudaOpTime> cuda_forward_op_times(const ForwardModel& model) {
+  const auto* m = dynamic_cast<const v41::CudaModel*>(&model);
+  DI_CHECK(m != nullptr, "cuda_forward_op_times: not a CUDA forward model");
+  return m->op_times();
+}
+
+void cuda_forward_reset_op_times(ForwardModel& model) {
+  auto* m = dynamic_cast<v41::CudaModel*>(&model);
+  DI_CHECK(m != nullptr, "cuda_forward_reset_op_times: not a CUDA forward model");
+  m->reset_op_times();
 }
 
 std::vector<double> cuda_forward_block_ms(const ForwardModel& model) {

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engram/token_map.h"
@@ -33,6 +34,10 @@ struct CudaForwardOptions {
   // Record CUDA events at block boundaries of every forward (benchmarks): see
   // cuda_forward_block_ms.
   bool time_blocks = false;
+  // Record a CUDA event after every launch and copy (benchmarks): cuda_forward_op_times. The
+  // time between two events goes to the later op, so a host-bound gap before a launch counts
+  // as that launch's.
+  bool time_ops = false;
   // The sequences' cache: one device pool of fixed-size pages (the engine's KvCacheManager
   // layout). 0 bytes: half of the device memory the weights leave free.
   uint64_t kv_cache_bytes = 0;
@@ -50,5 +55,15 @@ std::unique_ptr<ForwardModel> load_cuda_forward_model(
 // more entry for the final collapse + norm + head. The model must come from
 // load_cuda_forward_model with time_blocks set (di::Error otherwise).
 std::vector<double> cuda_forward_block_ms(const ForwardModel& model);
+
+// GPU time per op name summed over the forwards since the last reset (model loaded with
+// time_ops; di::Error otherwise): name, milliseconds, number of launches; largest first.
+struct CudaOpTime {
+  std::string op;
+  double ms = 0;
+  int64_t launches = 0;
+};
+std::vector<CudaOpTime> cuda_forward_op_times(const ForwardModel& model);
+void cuda_forward_reset_op_times(ForwardModel& model);
 
 }  // namespace di
