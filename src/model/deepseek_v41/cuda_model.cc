@@ -284,6 +284,8 @@ class CudaModel final : public ForwardModel {
   void round_to_act(const float* src, void* dst, int64_t count);
   // fp32 values rounded to the activation precision and kept in fp32 (bf16 only; no-op in fp32).
   void round_to_act_in_place(float* x, int64_t count);
+  // dst[count] fp32 = src[count] in the activation storage, widened (exact).
+  void widen_act(const void* src, float* dst, int64_t count);
   const float* freqs_for(int64_t block) const {
     return cfg_.compress_ratios[static_cast<size_t>(block)] > 0 ? freqs_compressed_ : freqs_plain_;
   }
@@ -798,17 +800,21 @@ void CudaModel::trace_dev(int64_t block, std::string_view name, const void* dev,
   tracer_->record(full, wide, shape);
 }
 
-const float* CudaModel::as_f32(const std::string& name, const void* x, int64_t count) {
-  if (act_ == ActPrecision::kF32) return static_cast<const float*>(x);
-  float* y = buf<float>(name, count);
+void CudaModel::widen_act(const void* src, float* dst, int64_t count) {
   ConvertParams c;
-  c.src = x;
+  c.src = src;
   c.src_precision = act_;
-  c.dst = y;
+  c.dst = dst;
   c.dst_precision = ActPrecision::kF32;
   c.n = count;
   convert_values(c, stream_.get());
   after("convert_values");
+}
+
+const float* CudaModel::as_f32(const std::string& name, const void* x, int64_t count) {
+  if (act_ == ActPrecision::kF32) return static_cast<const float*>(x);
+  float* y = buf<float>(name, count);
+  widen_act(x, y, count);
   return y;
 }
 
@@ -816,14 +822,7 @@ void CudaModel::round_to_act_in_place(float* x, int64_t count) {
   if (act_ == ActPrecision::kF32) return;
   void* tmp = act("round.tmp", count);
   round_to_act(x, tmp, count);
-  ConvertParams c;
-  c.src = tmp;
-  c.src_precision = act_;
-  c.dst = x;
-  c.dst_precision = ActPrecision::kF32;
-  c.n = count;
-  convert_values(c, stream_.get());
-  after("convert_values");
+  widen_act(tmp, x, count);
 }
 
 void CudaModel::round_to_act(const float* src, void* dst, int64_t count) {

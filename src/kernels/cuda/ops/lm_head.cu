@@ -53,6 +53,35 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kM][kN], int lane,
   if (m < kM && m0 + m < rows && n0 + n < vocab) out[(m0 + m) * out_stride + n0 + n] = mine;
 }
 
+// The 8 bf16 weights at k of each of the warp's vocabulary rows, widened (exact).
+__device__ __forceinline__ void load_w8(const uint16_t* const (&wrow)[kN], int64_t k,
+                                        float (&wf)[kN][8]) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(wrow[n] + k));
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      wf[n][2 * e] = __uint_as_float(words[e] << 16);
+      wf[n][2 * e + 1] = __uint_as_float(words[e] & 0xFFFF0000u);
+    }
+  }
+}
+
+// One row's 8 activations (two 16-byte loads at xr) into its kN accumulators: e ascending, the
+// order every output of every variant uses.
+__device__ __forceinline__ void fma8(const float* xr, const float (&wf)[kN][8], float (&acc)[kN]) {
+  const float4 a = *reinterpret_cast<const float4*>(xr);
+  const float4 b = *reinterpret_cast<const float4*>(xr + 4);
+  const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+#pragma unroll
+    for (int n = 0; n < kN; ++n)
+      acc[n] = fmaf(xv[e], wf[n][e], acc[n]);
+  }
+}
+
 template <int kM>
 __global__ void __launch_bounds__(kThreads, 2)
     lm_head_kernel(const float* __restrict__ x, const uint16_t* __restrict__ w,
@@ -79,29 +108,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int j = 0; j < iters; ++j) {
       const int64_t k = (static_cast<int64_t>(j) * 32 + lane) * 8;
       float wf[kN][8];
-#pragma unroll
-      for (int n = 0; n < kN; ++n) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(wrow[n] + k));
-        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          wf[n][2 * e] = __uint_as_float(words[e] << 16);
-          wf[n][2 * e + 1] = __uint_as_float(words[e] & 0xFFFF0000u);
-        }
-      }
+      load_w8(wrow, k, wf);
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         if (m0 + m >= rows) break;
-        const float* xr = x + (m0 + m) * dim + k;
-        const float4 a = __ldg(reinterpret_cast<const float4*>(xr));
-        const float4 b = __ldg(reinterpret_cast<const float4*>(xr + 4));
-        const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-#pragma unroll
-          for (int n = 0; n < kN; ++n)
-            acc[m][n] = fmaf(xv[e], wf[n][e], acc[m][n]);
-        }
+        fma8(x + (m0 + m) * dim + k, wf, acc[m]);
       }
     }
     store_tile<kM>(acc, lane, m0, n0, out, rows, vocab, out_stride);
@@ -193,28 +204,10 @@ __global__ void __launch_bounds__(kThreads)
       for (int jj = 0; jj < kStageK / 256; ++jj) {
         const int kk = (jj * 32 + lane) * 8;  // within the stage
         float wf[kN][8];
+        load_w8(wrow, k0 + kk, wf);
 #pragma unroll
-        for (int n = 0; n < kN; ++n) {
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(wrow[n] + k0 + kk));
-          const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            wf[n][2 * e] = __uint_as_float(words[e] << 16);
-            wf[n][2 * e + 1] = __uint_as_float(words[e] & 0xFFFF0000u);
-          }
-        }
-#pragma unroll
-        for (int m = 0; m < kTileM; ++m) {
-          const float4 a = *reinterpret_cast<const float4*>(&xs[m][kk]);
-          const float4 b = *reinterpret_cast<const float4*>(&xs[m][kk + 4]);
-          const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-#pragma unroll
-            for (int n = 0; n < kN; ++n)
-              acc[m][n] = fmaf(xv[e], wf[n][e], acc[m][n]);
-          }
-        }
+        for (int m = 0; m < kTileM; ++m)
+          fma8(&xs[m][kk], wf, acc[m]);
       }
     }
     if (!active) continue;
