@@ -26,8 +26,10 @@
 namespace deepinfer {
 
 struct EngineConfig {
-  std::string backend = "cpu";           // "cpu" (reference); "cuda" once available
-  std::string precision = "fp32";        // "fp32" | "fp64" (CPU validation precision)
+  std::string backend = "cpu";  // "cpu" (reference) | "cuda" (CUDA builds)
+  // "auto" (cuda: bf16, cpu: fp32) | "fp32" | "bf16" (the reference's bf16 semantics) | "fp64"
+  // (CPU validation precision)
+  std::string precision = "auto";
   bool index_key_quirk_shipped = false;  // reproduce the shipped reference's stale index keys
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;
@@ -78,6 +80,8 @@ class LLM {
 
   // generation_config.json defaults (or the library's when absent / disabled).
   SamplingParams default_sampling_params() const;
+  // The configuration the engine runs with (precision "auto" resolved).
+  const EngineConfig& config() const;
 
   class Impl;
   Impl& impl() { return *impl_; }

@@ -67,10 +67,19 @@ di::CompressedTokenMap engram_token_map(const std::filesystem::path& model_dir,
   return map;
 }
 
+// "auto": bf16 on the GPU (the reference's own dtype, its tensor-core kernels; as fast as fp32
+// activations there, while the GPU's fp32 precision runs the exact-order validation linears),
+// fp32 on the CPU (the fixtures' tight rule).
+EngineConfig resolve_precision(EngineConfig c) {
+  if (c.precision == "auto") c.precision = c.backend == "cuda" ? "bf16" : "fp32";
+  return c;
+}
+
 }  // namespace
 
-LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& config)
-    : config_(config), model_config_(di::load_model_config(model_dir)) {
+LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& requested)
+    : config_(resolve_precision(requested)), model_config_(di::load_model_config(model_dir)) {
+  const EngineConfig& config = config_;
 #if DI_HAVE_CUDA
   DI_CHECK(config.backend == "cpu" || config.backend == "cuda",
            "--backend {}: expected cpu or cuda", config.backend);
@@ -137,13 +146,14 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& conf
   defaults_ = config.use_generation_config ? di::defaults_from_generation_config(model_dir)
                                            : SamplingParams{};
   DI_LOG_INFO(
-      "model {} ({}, {} layers, vocab {}), tokenizer: {}, backend cpu/{}, "
+      "model {} ({}, {} layers, vocab {}), tokenizer: {}, backend {}/{}, "
       "max_num_seqs {}, max_num_batched_tokens {}, max_model_len {}, state memory {} "
       "({} pages of {})",
       model_dir.string(), di::model_family_name(model_config_.family), model_config_.num_layers,
-      model_config_.vocab_size, tokenizer_->source, config.precision, core.scheduler.max_num_seqs,
-      core.scheduler.max_num_batched_tokens, core.scheduler.max_model_len,
-      di::format_bytes(core.cache.memory_budget_bytes), core_->cache().total_pages(),
+      model_config_.vocab_size, tokenizer_->source, config.backend, config.precision,
+      core.scheduler.max_num_seqs, core.scheduler.max_num_batched_tokens,
+      core.scheduler.max_model_len, di::format_bytes(core.cache.memory_budget_bytes),
+      core_->cache().total_pages(),
       di::format_bytes(static_cast<uint64_t>(core_->cache().page_bytes())));
 }
 
@@ -299,6 +309,10 @@ LLM& LLM::operator=(LLM&&) noexcept = default;
 
 SamplingParams LLM::default_sampling_params() const {
   return impl_->defaults();
+}
+
+const EngineConfig& LLM::config() const {
+  return impl_->config();
 }
 
 }  // namespace deepinfer

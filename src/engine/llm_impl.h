@@ -36,6 +36,7 @@ class LLM::Impl {
   di::EngineCore& core() { return *core_; }
   const di::Tokenizer& tokenizer() const { return tokenizer_->tokenizer; }
   const di::ModelConfig& model_config() const { return model_config_; }
+  const EngineConfig& config() const { return config_; }
 
  private:
   EngineConfig config_;

@@ -84,6 +84,24 @@ TEST(Engine, GreedyEqualsTheReferenceOnTheFixture) {
   }
 }
 
+// "auto" (the default) resolves by backend: fp32 on the CPU; an explicit precision stays; an
+// unknown one is an error naming the option.
+TEST(Engine, PrecisionAutoResolvesByBackend) {
+  DI_REQUIRE_FIXTURE();
+  EngineConfig cfg = fixture_config();
+  EXPECT_EQ(cfg.precision, "auto");
+  EXPECT_EQ(LLM(kTinyFixtureA, cfg).config().precision, "fp32");
+  cfg.precision = "bf16";
+  EXPECT_EQ(LLM(kTinyFixtureA, cfg).config().precision, "bf16");
+  cfg.precision = "fp16";
+  try {
+    LLM bad(kTinyFixtureA, cfg);
+    FAIL() << "fp16 accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("--precision fp16"), std::string::npos) << e.what();
+  }
+}
+
 struct Workload {
   std::vector<Prompt> prompts;
   std::vector<SamplingParams> params;

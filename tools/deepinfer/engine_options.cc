@@ -13,8 +13,9 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--backend", f.config.backend, "cpu | cuda (CUDA builds; fp32 or bf16)")
       ->capture_default_str();
   app.add_option("--precision", f.config.precision,
-                 "fp32 | bf16 (the reference's bf16 semantics, CPU) | fp64 (CPU validation)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp64"}))
+                 "auto (cuda: bf16, cpu: fp32) | fp32 | bf16 (the reference's bf16 semantics) | "
+                 "fp64 (CPU validation)")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp64"}))
       ->capture_default_str();
   app.add_flag("--index-key-quirk-shipped", f.config.index_key_quirk_shipped,
                "reproduce the shipped reference's stale index keys");
