@@ -8,17 +8,17 @@
 // (attention, mHC, router, the routed experts B tokens are expected to pick under uniform routing,
 // E * (1 - (1 - k/E)^B) of E, the shared expert, Engram wkv and staged rows) plus the KV bytes its
 // attention and indexer read for B sequences at this context, over the device-to-device copy
-// bandwidth measured in the same run. --exact: the fp32 run's exact-order linear layers (validation
-// speed);
-// --bf16: the bf16 precision (bf16 activations, tensor-core kernels); default: fp32 activations
-// with the FP8/FP4 tensor-core kernels. --extrapolate CONFIG (a preset such as v41-flash, or
-// a config.json): the full model's decode step at batch 1, each of its layers timed as the mean
-// of the measured layers of the same role (ratio, attention mode, candidate pool, Engram; e.g. a
-// checkpoint from `deepinfer synth --layer-ids 0,1,2,3,14,20,21,24,25`), plus the measured head.
-// When the measured checkpoint keeps fewer routed experts than CONFIG (synth --experts) and B > 1,
-// the full model's extra expected expert bytes are added at the measured copy bandwidth (printed
-// as its own term: an estimate, not a measurement). --ops: also the decode step's GPU time per op
-// (an event after every launch; a host-bound gap counts as the next launch's), largest first.
+// bandwidth measured in the same run. --exact: the fp32 run's exact-order linear layers
+// (validation speed); --bf16: the bf16 precision (bf16 activations, tensor-core kernels);
+// default: fp32 activations with the FP8/FP4 tensor-core kernels. --extrapolate CONFIG (a preset
+// such as v41-flash, or a config.json): the full model's decode step at batch B, each of its
+// layers timed as the mean of the measured layers of the same role (ratio, attention mode,
+// candidate pool, Engram; e.g. a checkpoint from `deepinfer synth --layer-ids
+// 0,1,2,3,14,20,21,24,25`), plus the measured head. When the measured checkpoint keeps fewer routed
+// experts than CONFIG (synth --experts) and B > 1, the full model's extra expected expert bytes are
+// added at the measured copy bandwidth (printed as its own term: an estimate, not a measurement).
+// --ops: also the decode step's GPU time per op (an event after every launch; a host-bound gap
+// counts as the next launch's), largest first.
 
 #include <algorithm>
 #include <chrono>
@@ -124,18 +124,18 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
   std::vector<double> full_experts, measured_experts;
   const std::vector<double> wbytes = weight_bytes_per_block(full, plan, batch, &full_experts);
   (void)weight_bytes_per_block(measured_cfg, measured, batch, &measured_experts);
-  // Mean routed-expert bytes of a measured layer of each role (to scale to the full expert count).
-  std::map<std::string, std::pair<double, int>> experts_by_role;
+  // Per role of the measured layers: summed µs, summed routed-expert bytes (to scale to the full
+  // expert count), layers.
+  struct RoleSum {
+    double us = 0, expert_bytes = 0;
+    int n = 0;
+  };
+  std::map<std::string, RoleSum> by_role;
   for (int64_t b = 0; b < measured_cfg.num_layers; ++b) {
-    auto& [sum, n] = experts_by_role[role_of(measured[static_cast<size_t>(b)])];
-    sum += measured_experts[static_cast<size_t>(b)];
-    ++n;
-  }
-  std::map<std::string, std::pair<double, int>> by_role;
-  for (int64_t b = 0; b < measured_cfg.num_layers; ++b) {
-    auto& [sum, n] = by_role[role_of(measured[static_cast<size_t>(b)])];
-    sum += us[static_cast<size_t>(b)];
-    ++n;
+    RoleSum& r = by_role[role_of(measured[static_cast<size_t>(b)])];
+    r.us += us[static_cast<size_t>(b)];
+    r.expert_bytes += measured_experts[static_cast<size_t>(b)];
+    ++r.n;
   }
   double total = head_us, floor_total = 0, extra_expert_us = 0;
   std::map<std::string, int> counts;
@@ -147,10 +147,10 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
                   config.c_str(), static_cast<long long>(b), role.c_str());
       return false;
     }
-    total += it->second.first / it->second.second;
-    const auto& [esum, en] = experts_by_role[role];
-    extra_expert_us +=
-        std::max(0.0, full_experts[static_cast<size_t>(b)] - esum / en) / (copy_gbs * 1e9) * 1e6;
+    const RoleSum& r = it->second;
+    total += r.us / r.n;
+    extra_expert_us += std::max(0.0, full_experts[static_cast<size_t>(b)] - r.expert_bytes / r.n) /
+                       (copy_gbs * 1e9) * 1e6;
     floor_total +=
         (wbytes[static_cast<size_t>(b)] +
          static_cast<double>(batch) * kv_bytes(full, plan[static_cast<size_t>(b)], ctx)) /
@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
     double total_us = 0, total_floor = 0;
     std::vector<double> block_us(L);
     for (size_t b = 0; b < L; ++b) {
-      const double us = 1e3 * sum[b] / static_cast<double>(std::max<int64_t>(decode, 1));
+      const double us = 1e3 * sum[b] / static_cast<double>(decode);
       block_us[b] = us;
       const double bytes =
           wbytes[b] + static_cast<double>(batch) * kv_bytes(cfg, plan[b], prompt + decode / 2);
@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
                   std::string(di::attn_mode_name(plan[b].mode)).c_str(),
                   plan[b].engram_slot >= 0 ? "yes" : "", us, bytes / 1e6, floor_us, us / floor_us);
     }
-    const double head_us = 1e3 * sum[L] / static_cast<double>(std::max<int64_t>(decode, 1));
+    const double head_us = 1e3 * sum[L] / static_cast<double>(decode);
     std::printf(
         "blocks: %.1f us/step vs floor %.1f us (%.2fx); collapse + norm + head %.1f us; "
         "batch %lld\n",

@@ -79,10 +79,6 @@ void MappedFile::release(size_t offset, size_t len) const noexcept {
   if (end > begin) ::madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
-}  // namespace di
-
-namespace di {
-
 void advise_random_access(std::span<const std::byte> range) noexcept {
   if (range.empty()) return;
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));

@@ -311,7 +311,9 @@ class CudaModel final : public ForwardModel {
   std::vector<float> tail_init_;      // one ratio-2 tail row: kv slots 0, score slots -inf
   std::map<int64_t, int64_t> owner_;  // owner block -> StateBytes owner index
   std::map<std::string, DeviceBuffer> scratch_;
-  PinnedArena uploads_{"CUDA forward uploads"};  // host sources of this step's async uploads
+  // Pinned host memory of this step's async copies: the uploads' sources and the logits'
+  // destination (reset at the next step's start).
+  PinnedArena uploads_{"CUDA forward host copies"};
   int swa_bytes_ = 0, comp_bytes_ = 0, key_bytes_ = 0;
   bool image_rows_ = false;  // this step has an image mask ("image_mask" buffer)
   // DI_CUDA_SYNC_CHECK=1: synchronize after every op and name the op in any CUDA error (a

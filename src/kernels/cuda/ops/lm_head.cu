@@ -226,12 +226,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// CTAs of kWarps warps, kN vocabulary rows per warp (every CUDA-core kernel here).
+unsigned warp_grid(int64_t vocab) {
+  const int64_t warps = (vocab + kN - 1) / kN;
+  return static_cast<unsigned>((warps + kWarps - 1) / kWarps);
+}
+
 template <int kM>
 void launch(const LmHeadParams& p, int64_t stride, cudaStream_t stream) {
-  const int64_t warps = (p.vocab + kN - 1) / kN;
-  const auto grid = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
-  lm_head_kernel<kM>
-      <<<grid, kThreads, 0, stream>>>(p.x, p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
+  lm_head_kernel<kM><<<warp_grid(p.vocab), kThreads, 0, stream>>>(p.x, p.weight, p.logits, p.rows,
+                                                                  p.vocab, p.dim, stride);
 }
 
 }  // namespace
@@ -246,10 +250,8 @@ void lm_head(const LmHeadParams& p, cudaStream_t stream) {
   DI_CHECK(p.x != nullptr && p.weight != nullptr && p.logits != nullptr,
            "lm_head: null x/weight/logits ({} rows)", p.rows);
   if (p.dim % 256 != 0) {
-    const int64_t warps = (p.vocab + kN - 1) / kN;
-    const auto grid = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
-    lm_head_generic_kernel<<<grid, kThreads, 0, stream>>>(p.x, p.weight, p.logits, p.rows, p.vocab,
-                                                          p.dim, stride);
+    lm_head_generic_kernel<<<warp_grid(p.vocab), kThreads, 0, stream>>>(
+        p.x, p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
     DI_CUDA_CHECK(cudaGetLastError());
     return;
   }
@@ -260,10 +262,8 @@ void lm_head(const LmHeadParams& p, cudaStream_t stream) {
   // H200: kM = 8 re-reads W half as often as 4 (M = 8: 1.12 ms vs 1.42 ms with two kM = 4
   // tiles); below 8 rows the smaller tiles waste no lanes.
   if (p.rows >= kTileM && p.dim % kStageK == 0) {
-    const int64_t warps = (p.vocab + kN - 1) / kN;
-    const auto grid = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
-    lm_head_tiled_kernel<<<grid, kThreads, 0, stream>>>(p.x, p.weight, p.logits, p.rows, p.vocab,
-                                                        p.dim, stride);
+    lm_head_tiled_kernel<<<warp_grid(p.vocab), kThreads, 0, stream>>>(
+        p.x, p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
   } else if (p.rows >= 8) {
     launch<8>(p, stride, stream);
   } else if (p.rows >= 4) {
