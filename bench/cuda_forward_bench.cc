@@ -1,5 +1,5 @@
 // cuda_forward_bench MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16]
-//                    [--extrapolate CONFIG] [--ops]
+//                    [--extrapolate CONFIG] [--ops] [--gpu-only]
 // The CUDA forward of a DeepSeek-V4.1 checkpoint (e.g. `deepinfer synth --config v41-flash
 // --layers 4`): B sequences (--batch, default 1), each prefilled with N tokens (one forward call
 // per sequence), then decode steps of one token per sequence, all B in one batched forward call;
@@ -18,7 +18,10 @@
 // experts than CONFIG (synth --experts) and B > 1, the full model's extra expected expert bytes are
 // added at the measured copy bandwidth (printed as its own term: an estimate, not a measurement).
 // --ops: also the decode step's GPU time per op (an event after every launch; a host-bound gap
-// counts as the next launch's), largest first.
+// counts as the next launch's), largest first, with the host time spent enqueuing each op.
+// --gpu-only: each decode step starts behind a 30 ms GPU spin, so the host has enqueued the whole
+// step before the GPU runs it: the block and op times are then GPU execution alone (launch gaps
+// included, host-bound waits excluded); the wall ms/step includes the spin.
 
 #include <algorithm>
 #include <chrono>
@@ -183,13 +186,13 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16] "
-                 "[--extrapolate CONFIG] [--ops]\n",
+                 "[--extrapolate CONFIG] [--ops] [--gpu-only]\n",
                  argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
   int64_t prompt = 4096, decode = 16, batch = 1;
-  bool exact = false, bf16 = false, ops = false;
+  bool exact = false, bf16 = false, ops = false, gpu_only = false;
   std::string extrapolate_to;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--exact") == 0) {
@@ -198,6 +201,8 @@ int main(int argc, char** argv) {
       bf16 = true;
     } else if (std::strcmp(argv[i], "--ops") == 0) {
       ops = true;
+    } else if (std::strcmp(argv[i], "--gpu-only") == 0) {
+      gpu_only = true;
     } else if (std::strcmp(argv[i], "--extrapolate") == 0 && i + 1 < argc) {
       extrapolate_to = argv[++i];
     } else if (std::strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) {
@@ -228,6 +233,8 @@ int main(int argc, char** argv) {
     co.tensor_core_linears = !exact;
     co.time_blocks = true;
     co.time_ops = ops;
+    // --gpu-only: each step waits behind a 30 ms spin, so the host has enqueued it all first.
+    if (gpu_only) co.start_delay_us = 30000;
     const auto t0 = std::chrono::steady_clock::now();
     // A synthetic checkpoint has no Engram token map (the engine derives it from the tokenizer):
     // any map of the right sizes gives the same speed.
@@ -268,7 +275,7 @@ int main(int argc, char** argv) {
     }
     const auto t2 = std::chrono::steady_clock::now();
     const auto L = static_cast<size_t>(cfg.num_layers);
-    std::vector<double> sum(L + 1, 0.0);
+    std::vector<double> sum(L + 1, 0.0), host_sum(L + 1, 0.0);
     const auto t3 = std::chrono::steady_clock::now();
     if (ops) di::cuda_forward_reset_op_times(*model);
     std::vector<di::SequenceChunk> chunks(static_cast<size_t>(batch));
@@ -284,8 +291,11 @@ int main(int argc, char** argv) {
       DI_CHECK(ms.size() == sum.size(), "cuda_forward_block_ms: {} entries, expected {}", ms.size(),
                sum.size());
       if (step == 0) std::fprintf(stderr, "decode step 0 done\n");
-      for (size_t k = 0; k < sum.size(); ++k)
+      const std::vector<double> host_ms = di::cuda_forward_block_host_ms(*model);
+      for (size_t k = 0; k < sum.size(); ++k) {
         sum[k] += ms[k];
+        host_sum[k] += host_ms[k];
+      }
     }
     const auto t4 = std::chrono::steady_clock::now();
     auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
@@ -297,8 +307,9 @@ int main(int argc, char** argv) {
         sec(t0, t1), static_cast<long long>(batch), static_cast<long long>(prompt), sec(t1, t2),
         static_cast<double>(batch * prompt) / sec(t1, t2), static_cast<long long>(batch),
         static_cast<long long>(decode), 1e3 * sec(t3, t4) / static_cast<double>(decode));
-    std::printf("%5s %6s %8s %4s %10s %10s %10s %7s\n", "block", "ratio", "mode", "eng", "us/step",
-                "MB", "floor us", "x floor");
+    // host us: time the host spent enqueuing the block (>= us/step: the GPU waited for it).
+    std::printf("%5s %6s %8s %4s %10s %10s %10s %10s %7s\n", "block", "ratio", "mode", "eng",
+                "us/step", "host us", "MB", "floor us", "x floor");
     double total_us = 0, total_floor = 0;
     std::vector<double> block_us(L);
     for (size_t b = 0; b < L; ++b) {
@@ -309,10 +320,12 @@ int main(int argc, char** argv) {
       const double floor_us = bytes / (copy * 1e9) * 1e6;
       total_us += us;
       total_floor += floor_us;
-      std::printf("%5zu %6lld %8s %4s %10.1f %10.1f %10.1f %7.2f\n", b,
+      std::printf("%5zu %6lld %8s %4s %10.1f %10.1f %10.1f %10.1f %7.2f\n", b,
                   static_cast<long long>(plan[b].compress_ratio),
                   std::string(di::attn_mode_name(plan[b].mode)).c_str(),
-                  plan[b].engram_slot >= 0 ? "yes" : "", us, bytes / 1e6, floor_us, us / floor_us);
+                  plan[b].engram_slot >= 0 ? "yes" : "", us,
+                  1e3 * host_sum[b] / static_cast<double>(decode), bytes / 1e6, floor_us,
+                  us / floor_us);
     }
     const double head_us = 1e3 * sum[L] / static_cast<double>(decode);
     std::printf(
@@ -321,15 +334,17 @@ int main(int argc, char** argv) {
         total_us, total_floor, total_us / total_floor, head_us, static_cast<long long>(batch));
     if (ops) {
       // Per decode step; the events themselves add ~1-2 us per launch.
-      std::printf("%-28s %10s %9s %7s\n", "op (decode step)", "us/step", "launches", "share");
+      std::printf("%-28s %10s %9s %7s %10s\n", "op (decode step)", "us/step", "launches", "share",
+                  "host us");
       double all = 0;
       const std::vector<di::CudaOpTime> times = di::cuda_forward_op_times(*model);
       for (const di::CudaOpTime& t : times)
         all += t.ms;
       for (const di::CudaOpTime& t : times) {
-        std::printf(
-            "%-28s %10.1f %9.1f %6.1f%%\n", t.op.c_str(), 1e3 * t.ms / static_cast<double>(decode),
-            static_cast<double>(t.launches) / static_cast<double>(decode), 100.0 * t.ms / all);
+        std::printf("%-28s %10.1f %9.1f %6.1f%% %10.1f\n", t.op.c_str(),
+                    1e3 * t.ms / static_cast<double>(decode),
+                    static_cast<double>(t.launches) / static_cast<double>(decode),
+                    100.0 * t.ms / all, 1e3 * t.host_ms / static_cast<double>(decode));
       }
     }
     if (!extrapolate_to.empty() && !extrapolate(extrapolate_to, cfg, plan, block_us, head_us,

@@ -32,8 +32,9 @@ fi
 # The CLI (replay-fixture --backend cuda) and the tiny golden fixture it replays.
 [[ -x "${build}/tools/deepinfer/deepinfer" ]] && bins+=("${build}/tools/deepinfer/deepinfer")
 cp "${bins[@]}" .carry/gpu/bin/
+# DI_GPU_NO_FIXTURE=1 leaves the fixture out (~20 MB compressed: a smaller carry).
 fixture=../shared/fixtures/v41-tiny-a
-if [[ -d "${fixture}" ]]; then
+if [[ -d "${fixture}" && -z "${DI_GPU_NO_FIXTURE:-}" ]]; then
   mkdir -p .carry/gpu/fixtures/v41-tiny-a
   cp "${fixture}"/{cases.json,cases.safetensors,config.json,engram_token_map.safetensors,inference_config.json,model.safetensors,trace.safetensors} \
      .carry/gpu/fixtures/v41-tiny-a/

@@ -13,6 +13,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_arena.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gpu_spin.h"
 #include "backend/cuda/pinned_arena.h"
 #include "common/error.h"
 #include "tests_support/error_of.h"
@@ -122,6 +123,21 @@ TEST_F(CudaRuntimeTest, StreamsAndEvents) {
   plain.record(moved.get());
   plain.synchronize();
   EXPECT_TRUE(plain.query());
+}
+
+// gpu_spin holds the stream: work queued behind it is not done before the spin's time passed,
+// and an event pair around it measures at least that time.
+TEST_F(CudaRuntimeTest, SpinHoldsTheStream) {
+  Stream stream;
+  Event start(/*timing=*/true);
+  Event stop(/*timing=*/true);
+  start.record(stream.get());
+  gpu_spin(20000.0, stream.get());
+  stop.record(stream.get());
+  EXPECT_FALSE(stop.query());  // 20 ms of spin cannot have passed yet
+  stop.synchronize();
+  EXPECT_GE(Event::elapsed_ms(start, stop), 19.9f);
+  EXPECT_THROW(gpu_spin(-1.0, stream.get()), Error);
 }
 
 // Pinned upload memory: allocations are aligned, never move while the arena grows (a queued copy

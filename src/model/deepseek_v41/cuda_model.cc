@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gpu_spin.h"
 #include "backend/cuda/pinned_arena.h"
 #include "common/bf16.h"
 #include "common/check.h"
@@ -211,12 +213,17 @@ class CudaModel final : public ForwardModel {
     DI_CHECK(cuda_.time_blocks, "cuda_forward_block_ms: the model was loaded without time_blocks");
     return block_ms_;
   }
+  const std::vector<double>& block_host_ms() const {
+    DI_CHECK(cuda_.time_blocks,
+             "cuda_forward_block_host_ms: the model was loaded without time_blocks");
+    return block_host_ms_;
+  }
   void set_tracer(ForwardTracer* tracer) override { tracer_ = tracer; }
   std::vector<CudaOpTime> op_times() const {
     DI_CHECK(cuda_.time_ops, "cuda_forward_op_times: the model was loaded without time_ops");
     std::vector<CudaOpTime> out;
     for (const auto& [op, t] : op_totals_)
-      out.push_back({op, t.first, t.second});
+      out.push_back({op, t.gpu_ms, t.launches, t.host_ms});
     std::sort(out.begin(), out.end(),
               [](const CudaOpTime& a, const CudaOpTime& b) { return a.ms > b.ms; });
     return out;
@@ -328,29 +335,45 @@ class CudaModel final : public ForwardModel {
   int64_t cur_block_ = -1;           // the block being launched (error messages)
   std::vector<Event> block_events_;  // time_blocks: [blocks + 2] timing events
   std::vector<double> block_ms_;     // time_blocks: the last chunk's per-block milliseconds
+  // time_blocks: host clock at each block event, and the host milliseconds spent enqueuing each
+  // block of the last chunk.
+  std::vector<std::chrono::steady_clock::time_point> block_host_;
+  std::vector<double> block_host_ms_;
   void mark_block(size_t k) {
-    if (cuda_.time_blocks) block_events_[k].record(stream_.get());
+    if (!cuda_.time_blocks) return;
+    block_events_[k].record(stream_.get());
+    block_host_[k] = std::chrono::steady_clock::now();
   }
   // time_ops: events after each launch of this step, the op names, and the running totals.
+  // The host clock is read before each event: the host time between two marks is what the later
+  // op cost to prepare and enqueue.
   std::vector<Event> op_events_;
   std::vector<const char*> op_names_;
+  std::vector<std::chrono::steady_clock::time_point> op_host_;
   size_t op_count_ = 0;
-  std::map<std::string, std::pair<double, int64_t>> op_totals_;
+  struct OpTotal {
+    double gpu_ms = 0, host_ms = 0;
+    int64_t launches = 0;
+  };
+  std::map<std::string, OpTotal> op_totals_;
   void mark_op(const char* op) {
     if (!cuda_.time_ops) return;
     if (op_count_ == op_events_.size()) {
       op_events_.emplace_back(true);
       op_names_.push_back(nullptr);
+      op_host_.emplace_back();
     }
+    op_host_[op_count_] = std::chrono::steady_clock::now();
     op_events_[op_count_].record(stream_.get());
     op_names_[op_count_++] = op;
   }
   // After the step's last event completed: the time between consecutive events per op.
   void collect_op_times() {
     for (size_t k = 1; k < op_count_; ++k) {
-      auto& [ms, n] = op_totals_[op_names_[k]];
-      ms += Event::elapsed_ms(op_events_[k - 1], op_events_[k]);
-      ++n;
+      OpTotal& t = op_totals_[op_names_[k]];
+      t.gpu_ms += Event::elapsed_ms(op_events_[k - 1], op_events_[k]);
+      t.host_ms += std::chrono::duration<double, std::milli>(op_host_[k] - op_host_[k - 1]).count();
+      ++t.launches;
     }
     op_count_ = 0;
   }
@@ -386,6 +409,7 @@ CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Fo
   if (cuda_.time_blocks) {
     for (int64_t b = 0; b < cfg_.num_layers + 2; ++b)
       block_events_.emplace_back(true);
+    block_host_.resize(block_events_.size());
   }
   DI_CHECK(cfg_.hc_mult == kMhcStreams,
            "CUDA backend: hc_mult {} (the mHC kernels are built for {})", cfg_.hc_mult,
@@ -877,6 +901,7 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   stream_.synchronize();
   uploads_.reset();
   op_count_ = 0;  // a step that threw left its events unread
+  if (cuda_.start_delay_us > 0) gpu_spin(cuda_.start_delay_us, stream_.get());
   mark_op("(step start)");
   build_tables(step);
 
@@ -1046,8 +1071,12 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   collect_op_times();
   if (cuda_.time_blocks) {
     block_ms_.clear();
-    for (size_t k = 0; k + 1 < block_events_.size(); ++k)
+    block_host_ms_.clear();
+    for (size_t k = 0; k + 1 < block_events_.size(); ++k) {
       block_ms_.push_back(Event::elapsed_ms(block_events_[k], block_events_[k + 1]));
+      block_host_ms_.push_back(
+          std::chrono::duration<double, std::milli>(block_host_[k + 1] - block_host_[k]).count());
+    }
   }
   if (tracer_ != nullptr) {
     const std::vector<double> last(l + n_logits - static_cast<size_t>(V), l + n_logits);
@@ -1742,6 +1771,12 @@ std::vector<double> cuda_forward_block_ms(const ForwardModel& model) {
   const auto* m = dynamic_cast<const v41::CudaModel*>(&model);
   DI_CHECK(m != nullptr, "cuda_forward_block_ms: not a CUDA forward model");
   return m->block_ms();
+}
+
+std::vector<double> cuda_forward_block_host_ms(const ForwardModel& model) {
+  const auto* m = dynamic_cast<const v41::CudaModel*>(&model);
+  DI_CHECK(m != nullptr, "cuda_forward_block_host_ms: not a CUDA forward model");
+  return m->block_host_ms();
 }
 
 }  // namespace di

@@ -38,6 +38,10 @@ struct CudaForwardOptions {
   // time between two events goes to the later op, so a host-bound gap before a launch counts
   // as that launch's.
   bool time_ops = false;
+  // Benchmarks: every forward step starts with a kernel that holds the stream this long
+  // (gpu_spin), so that the host has enqueued the step's launches before the GPU runs them and the
+  // timings above show GPU execution without host-bound gaps. 0: none.
+  double start_delay_us = 0;
   // The sequences' cache: one device pool of fixed-size pages (the engine's KvCacheManager
   // layout). 0 bytes: half of the device memory the weights leave free.
   uint64_t kv_cache_bytes = 0;
@@ -55,13 +59,18 @@ std::unique_ptr<ForwardModel> load_cuda_forward_model(
 // more entry for the final collapse + norm + head. The model must come from
 // load_cuda_forward_model with time_blocks set (di::Error otherwise).
 std::vector<double> cuda_forward_block_ms(const ForwardModel& model);
+// Host milliseconds between the same block boundaries (the time the host spent enqueuing each
+// block's launches). A block whose host time reaches its GPU time keeps the GPU waiting.
+std::vector<double> cuda_forward_block_host_ms(const ForwardModel& model);
 
 // GPU time per op name summed over the forwards since the last reset (model loaded with
-// time_ops; di::Error otherwise): name, milliseconds, number of launches; largest first.
+// time_ops; di::Error otherwise): name, GPU milliseconds, number of launches, and the host
+// milliseconds spent preparing and enqueuing them; largest GPU time first.
 struct CudaOpTime {
   std::string op;
   double ms = 0;
   int64_t launches = 0;
+  double host_ms = 0;
 };
 std::vector<CudaOpTime> cuda_forward_op_times(const ForwardModel& model);
 void cuda_forward_reset_op_times(ForwardModel& model);
