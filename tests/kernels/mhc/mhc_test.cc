@@ -99,7 +99,8 @@ class MhcCudaTest : public ::testing::Test {
   // Runs mhc_pre on poisoned outputs (0xFF bytes: NaN in fp32 and bf16).
   static PreOut run_pre(const Site& site, const std::vector<float>& x,
                         const std::vector<float>& carried, int64_t tokens, int64_t dim,
-                        MhcStorage st, int stages = 0, MhcPreGrid grid = MhcPreGrid::kPersistent) {
+                        MhcStorage st, int stages = 0, MhcPreGrid grid = MhcPreGrid::kPersistent,
+                        MhcPreTile tile = MhcPreTile::kAuto) {
     Stream stream;
     const size_t es = st == MhcStorage::kF32 ? 4 : 2;
     const auto xs = to_storage(x, st);
@@ -137,7 +138,7 @@ class MhcCudaTest : public ::testing::Test {
     if (stages == 0) {
       mhc_pre(p, stream.get());
     } else {
-      mhc_pre_with_config(p, stages, grid, stream.get());
+      mhc_pre_with_config(p, stages, grid, stream.get(), tile);
     }
     PreOut o;
     std::vector<uint8_t> ob(od.size());
@@ -390,26 +391,33 @@ TEST_F(MhcCudaTest, BatchInvariantRows) {
   }
 }
 
-// Both pipeline depths and both grids (persistent: a CTA walks several items; per item) compute
-// the same function in the same order: bitwise equal outputs. T is large enough that the
-// persistent grid is smaller than the item count for both storages.
-TEST_F(MhcCudaTest, PipelineDepthsAndGridsAgreeBitwise) {
+// Both pipeline depths, both grids (persistent: a CTA walks several items; per item) and both
+// token tiles (large: fn from global memory; small: fn staged with the rows) compute the same
+// function in the same order: bitwise equal outputs. T is large enough that the persistent grid
+// is smaller than the item count for both storages and tiles.
+TEST_F(MhcCudaTest, PipelineDepthsGridsAndTilesAgreeBitwise) {
   const int64_t dim = 5120, tokens = 3000;
   for (MhcStorage st : {MhcStorage::kF32, MhcStorage::kBf16}) {
     const Site site = random_site(dim, 91);
     const auto x = random_values(static_cast<size_t>(tokens * kHc * dim), 92, 1.0f, st);
     std::vector<float> carried(static_cast<size_t>(tokens * kHc), 0.3f);
-    const PreOut a = run_pre(site, x, carried, tokens, dim, st, 2, MhcPreGrid::kPersistent);
-    for (int stages : {2, 3}) {
-      for (MhcPreGrid grid : {MhcPreGrid::kPersistent, MhcPreGrid::kPerItem}) {
-        if (stages == 2 && grid == MhcPreGrid::kPersistent) continue;
-        const PreOut b = run_pre(site, x, carried, tokens, dim, st, stages, grid);
-        SCOPED_TRACE(testing::Message()
-                     << "stages " << stages << " per-item " << (grid == MhcPreGrid::kPerItem));
-        EXPECT_EQ(0, std::memcmp(a.collapsed.data(), b.collapsed.data(), a.collapsed.size() * 4));
-        EXPECT_EQ(0, std::memcmp(a.pre.data(), b.pre.data(), a.pre.size() * 4));
-        EXPECT_EQ(0, std::memcmp(a.post.data(), b.post.data(), a.post.size() * 4));
-        EXPECT_EQ(0, std::memcmp(a.comb.data(), b.comb.data(), a.comb.size() * 4));
+    const PreOut a =
+        run_pre(site, x, carried, tokens, dim, st, 2, MhcPreGrid::kPersistent, MhcPreTile::kLarge);
+    for (MhcPreTile tile : {MhcPreTile::kLarge, MhcPreTile::kSmall}) {
+      for (int stages : {2, 3}) {
+        for (MhcPreGrid grid : {MhcPreGrid::kPersistent, MhcPreGrid::kPerItem}) {
+          if (tile == MhcPreTile::kLarge && stages == 2 && grid == MhcPreGrid::kPersistent) {
+            continue;
+          }
+          const PreOut b = run_pre(site, x, carried, tokens, dim, st, stages, grid, tile);
+          SCOPED_TRACE(testing::Message()
+                       << "small tile " << (tile == MhcPreTile::kSmall) << " stages " << stages
+                       << " per-item " << (grid == MhcPreGrid::kPerItem));
+          EXPECT_EQ(0, std::memcmp(a.collapsed.data(), b.collapsed.data(), a.collapsed.size() * 4));
+          EXPECT_EQ(0, std::memcmp(a.pre.data(), b.pre.data(), a.pre.size() * 4));
+          EXPECT_EQ(0, std::memcmp(a.post.data(), b.post.data(), a.post.size() * 4));
+          EXPECT_EQ(0, std::memcmp(a.comb.data(), b.comb.data(), a.comb.size() * 4));
+        }
       }
     }
   }

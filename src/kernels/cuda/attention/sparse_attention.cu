@@ -32,6 +32,7 @@
 #include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
 #include "kernels/cuda/paged_table_check.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -260,6 +261,8 @@ using ops_detail::store4;
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_kernel(const SparseAttnParams p, int chunks) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   constexpr bool kF32 = sizeof(T) == 4;
   using L = Smem<kF32>;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -707,13 +710,14 @@ void launch(const SparseAttnParams& p, cudaStream_t stream) {
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = static_cast<size_t>(smem);
   cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 1;
-  attr.val.clusterDim.y = static_cast<unsigned>(chunks);
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attr[2]{};
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(chunks);
+  attr[0].val.clusterDim.z = 1;
+  attr[1] = cuda_detail::pdl_attribute();  // the kernel waits first (kernels/cuda/pdl.cuh)
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
   DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_attn_kernel<T>, p, chunks));
 }
 

@@ -23,6 +23,7 @@
 #include "common/fp8.h"
 #include "kernels/cuda/attention/sparse_attention.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace attention_detail {
@@ -105,6 +106,8 @@ int smem_bytes(const SparseAttnParams& p) {
 // T = float or uint16_t (bf16 bits) activations. Grid (rows, heads).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) sparse_attn_generic_kernel(const SparseAttnParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   extern __shared__ __align__(16) uint8_t smem[];
   const int n = p.window + p.topk_width;
   const int dim = p.head_dim;
@@ -210,7 +213,8 @@ __global__ void __launch_bounds__(kThreads) sparse_attn_generic_kernel(const Spa
 template <typename T>
 void launch(const SparseAttnParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.heads));
-  sparse_attn_generic_kernel<T><<<grid, kThreads, static_cast<size_t>(smem_bytes(p)), stream>>>(p);
+  cuda_detail::launch_pdl(sparse_attn_generic_kernel<T>, grid, kThreads,
+                          static_cast<size_t>(smem_bytes(p)), stream, p);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 

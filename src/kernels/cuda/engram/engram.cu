@@ -29,6 +29,7 @@
 #include "common/fp8.h"
 #include "kernels/cuda/engram/engram.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -82,6 +83,8 @@ __device__ __forceinline__ void store_decoded(uint16_t* out, uint32_t word, floa
 template <typename T>
 __global__ void __launch_bounds__(kDecodeThreads)
     engram_decode_kernel(const uint8_t* codes, const uint8_t* scales, T* out, int64_t chunks) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kDecodeThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kDecodeThreads + threadIdx.x; i < chunks;
        i += stride) {
@@ -124,6 +127,8 @@ __device__ __forceinline__ float3 block_sum3(float3 v, float3* s_warp) {
 
 template <typename T>
 __global__ void __launch_bounds__(kMixThreads) engram_gate_mix_kernel(const EngramGateMixParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ float3 s_warp[kMixWarps];
   const int64_t row = blockIdx.x / p.hc;
   const int64_t c = blockIdx.x - row * p.hc;
@@ -202,11 +207,11 @@ void engram_decode_rows(const EngramDecodeParams& p, cudaStream_t stream) {
       std::min<int64_t>((chunks + kDecodeThreads - 1) / kDecodeThreads, kDecodeMaxBlocks));
   const uint8_t* scales = p.staging + values;
   if (p.precision == ActPrecision::kF32) {
-    engram_decode_kernel<float><<<grid, kDecodeThreads, 0, stream>>>(
-        p.staging, scales, static_cast<float*>(p.out), chunks);
+    cuda_detail::launch_pdl(engram_decode_kernel<float>, grid, kDecodeThreads, 0, stream, p.staging,
+                            scales, static_cast<float*>(p.out), chunks);
   } else {
-    engram_decode_kernel<uint16_t><<<grid, kDecodeThreads, 0, stream>>>(
-        p.staging, scales, static_cast<uint16_t*>(p.out), chunks);
+    cuda_detail::launch_pdl(engram_decode_kernel<uint16_t>, grid, kDecodeThreads, 0, stream,
+                            p.staging, scales, static_cast<uint16_t*>(p.out), chunks);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }
@@ -228,9 +233,9 @@ void engram_gate_mix(const EngramGateMixParams& p, cudaStream_t stream) {
            p.rows, p.hc, p.dim);
   const auto grid = static_cast<unsigned>(p.rows * p.hc);
   if (p.precision == ActPrecision::kF32) {
-    engram_gate_mix_kernel<float><<<grid, kMixThreads, 0, stream>>>(p);
+    cuda_detail::launch_pdl(engram_gate_mix_kernel<float>, grid, kMixThreads, 0, stream, p);
   } else {
-    engram_gate_mix_kernel<uint16_t><<<grid, kMixThreads, 0, stream>>>(p);
+    cuda_detail::launch_pdl(engram_gate_mix_kernel<uint16_t>, grid, kMixThreads, 0, stream, p);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/fp8_gemm/fp8_gemm.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -49,9 +50,8 @@ __global__ void __launch_bounds__(kThreads)
                      uint8_t* __restrict__ q, uint8_t* __restrict__ scale) {
   // The GEMM that follows may start its weight-only prologue now (programmatic dependent
   // launch; it waits for this grid before it reads q / scale).
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   constexpr int kGroup = kBlock / 8;  // threads per quantisation block (4 or 16)
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t group = t / kGroup;
@@ -99,9 +99,11 @@ void launch(const Fp8ActQuantParams& p, const In* x, cudaStream_t stream) {
   const int64_t threads = p.m * num_kb * (p.block / 8);
   const auto grid = static_cast<unsigned>((threads + kThreads - 1) / kThreads);
   if (p.block == 32) {
-    act_quant_kernel<In, 32><<<grid, kThreads, 0, stream>>>(x, p.m, p.k, num_kb, p.q, p.scale);
+    cuda_detail::launch_pdl(act_quant_kernel<In, 32>, grid, kThreads, 0, stream, x, p.m, p.k,
+                            num_kb, p.q, p.scale);
   } else {
-    act_quant_kernel<In, 128><<<grid, kThreads, 0, stream>>>(x, p.m, p.k, num_kb, p.q, p.scale);
+    cuda_detail::launch_pdl(act_quant_kernel<In, 128>, grid, kThreads, 0, stream, x, p.m, p.k,
+                            num_kb, p.q, p.scale);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

@@ -14,6 +14,7 @@
 #include "common/fp4.h"
 #include "kernels/cuda/indexer/indexer.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -23,6 +24,8 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     index_query_pack_kernel(IndexQueryPackParams p, int64_t blocks) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= blocks) return;
   const int per_row = p.dim / kIndexScaleBlock;
@@ -65,10 +68,11 @@ void index_query_pack(const IndexQueryPackParams& p, cudaStream_t stream) {
   const int64_t grid = (blocks + kThreads - 1) / kThreads;
   DI_CHECK(grid <= INT32_MAX, "index_query_pack: {} rows is too many for one launch", p.rows);
   if (p.precision == ActPrecision::kF32) {
-    index_query_pack_kernel<float><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p, blocks);
+    cuda_detail::launch_pdl(index_query_pack_kernel<float>, static_cast<unsigned>(grid), kThreads,
+                            0, stream, p, blocks);
   } else {
-    index_query_pack_kernel<uint16_t>
-        <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p, blocks);
+    cuda_detail::launch_pdl(index_query_pack_kernel<uint16_t>, static_cast<unsigned>(grid),
+                            kThreads, 0, stream, p, blocks);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

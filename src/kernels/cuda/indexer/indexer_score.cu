@@ -39,6 +39,7 @@
 #include "common/check.h"
 #include "common/fp8.h"
 #include "kernels/cuda/indexer/indexer.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -299,6 +300,8 @@ __device__ __forceinline__ float head_sum(const float* stage, int lane) {
 template <int kRows, int kStepKeys>
 __global__ void __launch_bounds__(kThreads)
     indexer_score_kernel(IndexerScoreParams p, int32_t keys_per_cta) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   constexpr int kWarpKeys = kStepKeys * kRows / kWarps;  // keys of one warp per step
   constexpr int kBatch = kWarpKeys < kBatchKeys ? kWarpKeys : kBatchKeys;
   constexpr int kThreadsPerKey = kThreads / kStepKeys;
@@ -514,11 +517,11 @@ void indexer_score(const IndexerScoreParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n_cols + keys_per_cta - 1) / keys_per_cta),
                   static_cast<unsigned>(row_groups));
   if (prefill) {
-    indexer_score_kernel<kPrefillRows, kPrefillStepKeys>
-        <<<grid, kThreads, 0, stream>>>(p, static_cast<int32_t>(keys_per_cta));
+    cuda_detail::launch_pdl(indexer_score_kernel<kPrefillRows, kPrefillStepKeys>, grid, kThreads, 0,
+                            stream, p, static_cast<int32_t>(keys_per_cta));
   } else {
-    indexer_score_kernel<1, kDecodeStepKeys>
-        <<<grid, kThreads, 0, stream>>>(p, static_cast<int32_t>(keys_per_cta));
+    cuda_detail::launch_pdl(indexer_score_kernel<1, kDecodeStepKeys>, grid, kThreads, 0, stream, p,
+                            static_cast<int32_t>(keys_per_cta));
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

@@ -15,6 +15,7 @@
 #include "common/fp4.h"
 #include "common/fp8.h"
 #include "kernels/cuda/indexer/indexer.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -30,6 +31,8 @@ __device__ __forceinline__ float unpack_value(const uint8_t* row, int dim, int d
 
 // grid = (ceil(n_cols / kThreads), rows); dynamic shared memory heads * (dim + 1) floats.
 __global__ void __launch_bounds__(kThreads) indexer_score_generic_kernel(IndexerScoreParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   extern __shared__ float q_sm[];  // [heads, dim] unpacked q, then [heads] weights
   const int heads = p.heads;
   const int dim = p.dim;
@@ -78,7 +81,7 @@ void indexer_score_generic(const IndexerScoreParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n_cols + kThreads - 1) / kThreads),
                   static_cast<unsigned>(p.rows));
   const size_t smem = static_cast<size_t>(p.heads) * (p.dim + 1) * sizeof(float);
-  indexer_score_generic_kernel<<<grid, kThreads, smem, stream>>>(p);
+  cuda_detail::launch_pdl(indexer_score_generic_kernel, grid, kThreads, smem, stream, p);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -30,6 +30,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/indexer/indexer.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -300,6 +301,8 @@ __device__ void topk_row(TopkShared& sh, const float* row, int32_t n, int32_t vi
 
 // grid = rows (one CTA per row).
 __global__ void __launch_bounds__(kThreads) topk_kernel(IndexerTopkParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ TopkShared sh;
   const int64_t r = blockIdx.x;
   const int32_t n = static_cast<int32_t>(p.n);
@@ -311,6 +314,8 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(IndexerTopkParams p) {
 // never enters), the block holding position visible - 1 pinned to +inf. grid = (ceil(nb / 256),
 // rows).
 __global__ void block_max_kernel(IndexerCandidateParams p, float* bscore, int64_t bstride) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int64_t r = blockIdx.y;
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nb = (p.n + p.block_size - 1) / p.block_size;
@@ -333,6 +338,8 @@ __global__ void block_max_kernel(IndexerCandidateParams p, float* bscore, int64_
 __global__ void __launch_bounds__(kThreads)
     pool_mask_kernel(IndexerCandidateParams p, const int32_t* ids, int64_t ids_stride,
                      int32_t n_ids) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ int32_t sel[kIndexTopkMax];
   const int64_t r = blockIdx.y;
   for (int i = static_cast<int>(threadIdx.x); i < n_ids; i += kThreads)
@@ -361,6 +368,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // grid = (ceil(n / 256), rows).
 __global__ void apply_mask_kernel(IndexerMaskParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int64_t r = blockIdx.y;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= p.n) return;
@@ -396,7 +405,7 @@ void check_topk(const IndexerTopkParams& p, const char* op) {
 void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream) {
   check_topk(p, "indexer_topk");
   if (p.rows == 0 || p.n == 0) return;
-  topk_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p);
+  cuda_detail::launch_pdl(topk_kernel, static_cast<unsigned>(p.rows), kThreads, 0, stream, p);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -429,8 +438,10 @@ void indexer_candidates(const IndexerCandidateParams& p, cudaStream_t stream) {
   float* bscore = static_cast<float*>(p.workspace);
   int32_t* ids = reinterpret_cast<int32_t*>(bscore + p.rows * bstride);
 
-  block_max_kernel<<<dim3(static_cast<unsigned>((nb + 255) / 256), static_cast<unsigned>(p.rows)),
-                     256, 0, stream>>>(p, bscore, bstride);
+  cuda_detail::launch_pdl(
+      block_max_kernel,
+      dim3(static_cast<unsigned>((nb + 255) / 256), static_cast<unsigned>(p.rows)), 256, 0, stream,
+      p, bscore, bstride);
   DI_CUDA_CHECK(cudaGetLastError());
   IndexerTopkParams tp;
   tp.scores = bscore;
@@ -442,11 +453,12 @@ void indexer_candidates(const IndexerCandidateParams& p, cudaStream_t stream) {
   tp.out = ids;
   tp.out_stride = ids_stride;
   check_topk(tp, "indexer_candidates");
-  topk_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(tp);
+  cuda_detail::launch_pdl(topk_kernel, static_cast<unsigned>(p.rows), kThreads, 0, stream, tp);
   DI_CUDA_CHECK(cudaGetLastError());
-  pool_mask_kernel<<<dim3(static_cast<unsigned>((nb + kThreads - 1) / kThreads),
-                          static_cast<unsigned>(p.rows)),
-                     kThreads, 0, stream>>>(p, ids, ids_stride, n_ids);
+  cuda_detail::launch_pdl(
+      pool_mask_kernel,
+      dim3(static_cast<unsigned>((nb + kThreads - 1) / kThreads), static_cast<unsigned>(p.rows)),
+      kThreads, 0, stream, p, ids, ids_stride, n_ids);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -460,8 +472,10 @@ void indexer_apply_mask(const IndexerMaskParams& p, cudaStream_t stream) {
   DI_CHECK(p.scores != nullptr && (p.mask != nullptr || p.mask_len == 0),
            "indexer_apply_mask: null pointer (rows={}, n={})", p.rows, p.n);
   DI_CHECK(p.rows <= 65535, "indexer_apply_mask: {} rows is too many for one launch", p.rows);
-  apply_mask_kernel<<<dim3(static_cast<unsigned>((p.n + 255) / 256), static_cast<unsigned>(p.rows)),
-                      256, 0, stream>>>(p);
+  cuda_detail::launch_pdl(
+      apply_mask_kernel,
+      dim3(static_cast<unsigned>((p.n + 255) / 256), static_cast<unsigned>(p.rows)), 256, 0, stream,
+      p);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -15,6 +15,7 @@
 #include "common/check.h"
 #include "kernels/cuda/kv_write/kv_write.cuh"
 #include "kernels/cuda/paged_table_check.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 
@@ -102,6 +103,8 @@ using kv_write_detail::kThreads;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) compress_ratio1_kernel(CompressRatio1Params p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ __align__(16) float row[kKvDim];
   __shared__ float scale;
   const int64_t r = blockIdx.x;
@@ -136,6 +139,8 @@ __device__ __forceinline__ float pool2(float kv0, float kv1, float s0, float s1)
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) compress_ratio2_kernel(CompressRatio2Params p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ __align__(16) float row[kKvDim];
   __shared__ float scale;
   const Ratio2Work w = p.work[blockIdx.x];
@@ -186,6 +191,8 @@ __global__ void __launch_bounds__(kThreads) compress_ratio2_kernel(CompressRatio
 // Any supported width: compress_ratio1_kernel's steps on a row of p.dim floats.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) compress_ratio1_generic_kernel(CompressRatio1Params p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   extern __shared__ __align__(16) float row_dyn[];  // [dim]
   __shared__ float scale;
   const int64_t r = blockIdx.x;
@@ -203,6 +210,8 @@ __global__ void __launch_bounds__(kThreads) compress_ratio1_generic_kernel(Compr
 // Any supported width: compress_ratio2_kernel's steps, state rows of ratio2_state_floats(dim).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) compress_ratio2_generic_kernel(CompressRatio2Params p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   extern __shared__ __align__(16) float row_dyn[];  // [dim]
   __shared__ float scale;
   const Ratio2Work w = p.work[blockIdx.x];
@@ -279,16 +288,18 @@ void compress_ratio1(const CompressRatio1Params& p, cudaStream_t stream) {
   const bool f32 = p.precision == ActPrecision::kF32;
   if (production) {
     if (f32) {
-      compress_ratio1_kernel<float><<<grid, kThreads, 0, stream>>>(q);
+      cuda_detail::launch_pdl(compress_ratio1_kernel<float>, grid, kThreads, 0, stream, q);
     } else {
-      compress_ratio1_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(q);
+      cuda_detail::launch_pdl(compress_ratio1_kernel<uint16_t>, grid, kThreads, 0, stream, q);
     }
   } else {
     const size_t smem = static_cast<size_t>(p.dim) * sizeof(float);
     if (f32) {
-      compress_ratio1_generic_kernel<float><<<grid, kThreads, smem, stream>>>(q);
+      cuda_detail::launch_pdl(compress_ratio1_generic_kernel<float>, grid, kThreads, smem, stream,
+                              q);
     } else {
-      compress_ratio1_generic_kernel<uint16_t><<<grid, kThreads, smem, stream>>>(q);
+      cuda_detail::launch_pdl(compress_ratio1_generic_kernel<uint16_t>, grid, kThreads, smem,
+                              stream, q);
     }
   }
   DI_CUDA_CHECK(cudaGetLastError());
@@ -314,16 +325,18 @@ void compress_ratio2(const CompressRatio2Params& p, cudaStream_t stream) {
   const bool f32 = p.precision == ActPrecision::kF32;
   if (production) {
     if (f32) {
-      compress_ratio2_kernel<float><<<grid, kThreads, 0, stream>>>(q);
+      cuda_detail::launch_pdl(compress_ratio2_kernel<float>, grid, kThreads, 0, stream, q);
     } else {
-      compress_ratio2_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(q);
+      cuda_detail::launch_pdl(compress_ratio2_kernel<uint16_t>, grid, kThreads, 0, stream, q);
     }
   } else {
     const size_t smem = static_cast<size_t>(p.dim) * sizeof(float);
     if (f32) {
-      compress_ratio2_generic_kernel<float><<<grid, kThreads, smem, stream>>>(q);
+      cuda_detail::launch_pdl(compress_ratio2_generic_kernel<float>, grid, kThreads, smem, stream,
+                              q);
     } else {
-      compress_ratio2_generic_kernel<uint16_t><<<grid, kThreads, smem, stream>>>(q);
+      cuda_detail::launch_pdl(compress_ratio2_generic_kernel<uint16_t>, grid, kThreads, smem,
+                              stream, q);
     }
   }
   DI_CUDA_CHECK(cudaGetLastError());

@@ -14,6 +14,7 @@
 #include "common/check.h"
 #include "kernels/cuda/kv_write/kv_write.cuh"
 #include "kernels/cuda/paged_table_check.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -23,6 +24,8 @@ constexpr int kG = kIndexKeyGroupsPerCta;
 static_assert(kThreads == kIndexDim && kIndexDim / kIndexScaleBlock == kThreads / 32);
 
 __global__ void __launch_bounds__(kThreads) index_key_kernel(IndexKeyParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ __align__(16) float lat[kG][kKvDim];  // 16 KiB
   __shared__ __align__(16) float k[kG][kIndexDim];
   __shared__ float scale[kG];
@@ -113,6 +116,8 @@ __global__ void __launch_bounds__(kThreads) index_key_kernel(IndexKeyParams p) {
 // shared memory (latent_dim % 4 == 0 keeps k 16-byte aligned). Thread j computes outputs j,
 // j + kThreads, ... each as one sequential unfused chain over ascending c (cpu::linear's order).
 __global__ void __launch_bounds__(kThreads) index_key_generic_kernel(IndexKeyParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   extern __shared__ __align__(16) float smem[];
   __shared__ float scale;
   float* lat = smem;
@@ -163,10 +168,11 @@ void index_key_write(const IndexKeyParams& p, cudaStream_t stream) {
            "index_key_write: latent and wk must be 16-byte aligned");
   if (production) {
     const auto grid = static_cast<unsigned>((p.groups + kG - 1) / kG);
-    index_key_kernel<<<grid, kThreads, 0, stream>>>(p);
+    cuda_detail::launch_pdl(index_key_kernel, grid, kThreads, 0, stream, p);
   } else {
     const size_t smem = static_cast<size_t>(p.latent_dim + p.dim) * sizeof(float);
-    index_key_generic_kernel<<<static_cast<unsigned>(p.groups), kThreads, smem, stream>>>(p);
+    cuda_detail::launch_pdl(index_key_generic_kernel, static_cast<unsigned>(p.groups), kThreads,
+                            smem, stream, p);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

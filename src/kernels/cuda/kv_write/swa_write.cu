@@ -14,6 +14,7 @@
 #include "common/check.h"
 #include "kernels/cuda/kv_write/kv_write.cuh"
 #include "kernels/cuda/paged_table_check.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 
@@ -46,6 +47,8 @@ using kv_write_detail::kThreads;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) swa_write_kernel(SwaWriteParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ __align__(16) float row[kKvDim];
   __shared__ float scale;
   const int64_t r = blockIdx.x;
@@ -72,6 +75,8 @@ __global__ void __launch_bounds__(kThreads) swa_write_kernel(SwaWriteParams p) {
 // Any supported width: the same steps, a row of p.dim floats in dynamic shared memory.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) swa_write_generic_kernel(SwaWriteParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   extern __shared__ __align__(16) float row_dyn[];  // [dim]
   __shared__ float scale;
   const int64_t r = blockIdx.x;
@@ -119,16 +124,16 @@ void swa_write(const SwaWriteParams& p, cudaStream_t stream) {
   const bool f32 = p.precision == ActPrecision::kF32;
   if (production) {
     if (f32) {
-      swa_write_kernel<float><<<grid, kThreads, 0, stream>>>(q);
+      cuda_detail::launch_pdl(swa_write_kernel<float>, grid, kThreads, 0, stream, q);
     } else {
-      swa_write_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(q);
+      cuda_detail::launch_pdl(swa_write_kernel<uint16_t>, grid, kThreads, 0, stream, q);
     }
   } else {
     const size_t smem = static_cast<size_t>(p.dim) * sizeof(float);
     if (f32) {
-      swa_write_generic_kernel<float><<<grid, kThreads, smem, stream>>>(q);
+      cuda_detail::launch_pdl(swa_write_generic_kernel<float>, grid, kThreads, smem, stream, q);
     } else {
-      swa_write_generic_kernel<uint16_t><<<grid, kThreads, smem, stream>>>(q);
+      cuda_detail::launch_pdl(swa_write_generic_kernel<uint16_t>, grid, kThreads, smem, stream, q);
     }
   }
   DI_CUDA_CHECK(cudaGetLastError());

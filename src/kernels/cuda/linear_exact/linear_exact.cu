@@ -14,6 +14,7 @@
 #include "common/fp4.h"
 #include "common/fp8.h"
 #include "kernels/cuda/linear_exact/linear_exact.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -76,6 +77,8 @@ __device__ __forceinline__ void tile_step(Tiles& t, const WeightView& v, int64_t
 }
 
 __global__ void __launch_bounds__(kThreads) linear_exact_kernel(LinearExactParams p, WeightView v) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ Tiles t;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kCols;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kRows;
@@ -97,6 +100,8 @@ __global__ void __launch_bounds__(kThreads) linear_exact_kernel(LinearExactParam
 // grid = (mats * n / 32, tile_count): one expert tile's pairs, 8 at a time.
 __global__ void __launch_bounds__(kThreads)
     grouped_linear_exact_kernel(GroupedLinearExactParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ Tiles t;
   const MoeExpertTile tile = p.tiles[blockIdx.y];
   if (tile.expert < 0) return;
@@ -158,7 +163,7 @@ void linear_exact(const LinearExactParams& p, cudaStream_t stream) {
                      p.format == ExactWeightFormat::kFp8Block ? (p.k + p.bk - 1) / p.bk : p.k / 32};
   const dim3 grid(static_cast<unsigned>((p.n + kCols - 1) / kCols),
                   static_cast<unsigned>((p.m + kRows - 1) / kRows));
-  linear_exact_kernel<<<grid, kThreads, 0, stream>>>(q, v);
+  cuda_detail::launch_pdl(linear_exact_kernel, grid, kThreads, 0, stream, q, v);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -173,7 +178,7 @@ void grouped_linear_exact(const GroupedLinearExactParams& p, cudaStream_t stream
                p.out != nullptr,
            "grouped_linear_exact: null pointer (n={} k={})", p.n, p.k);
   const dim3 grid(static_cast<unsigned>(p.mats * p.n / kCols), static_cast<unsigned>(p.tile_count));
-  grouped_linear_exact_kernel<<<grid, kThreads, 0, stream>>>(p);
+  cuda_detail::launch_pdl(grouped_linear_exact_kernel, grid, kThreads, 0, stream, p);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -44,10 +44,18 @@ void mhc_pre(const MhcPreParams& params, cudaStream_t stream);
 // range of (split, token tile) items with one pipeline across them. kPerItem: one CTA per item.
 enum class MhcPreGrid : uint8_t { kPersistent, kPerItem };
 
-// mhc_pre with a chosen pipeline depth (2 or 3 shared-memory stages) and grid, for benchmarks;
-// mhc_pre uses the measured best (docs/design/cuda_mhc.md). Results are bitwise the same for all.
+// Token tile of the pre pass. kLarge: 64 (bf16) / 32 (fp32) rows, fn read from global memory
+// by each warp; kSmall: 16 rows, fn staged with the rows in the cp.async pipeline (the decode
+// shape: few tiles per split, so fn loads must be in flight together). kAuto: small up to
+// kMhcPreSmallTileMaxTokens tokens (a split's small tiles then fit one wave of the device).
+enum class MhcPreTile : uint8_t { kAuto, kLarge, kSmall };
+inline constexpr int64_t kMhcPreSmallTileMaxTokens = 128;
+
+// mhc_pre with a chosen pipeline depth (2 or 3 shared-memory stages), grid and tile, for
+// benchmarks and tests; mhc_pre uses the measured best (docs/design/cuda_mhc.md). Results are
+// bitwise the same for all.
 void mhc_pre_with_config(const MhcPreParams& params, int stages, MhcPreGrid grid,
-                         cudaStream_t stream);
+                         cudaStream_t stream, MhcPreTile tile = MhcPreTile::kAuto);
 void mhc_pre_with_stages(const MhcPreParams& params, int stages, cudaStream_t stream);
 
 // Post side (hc_expand). One launch.

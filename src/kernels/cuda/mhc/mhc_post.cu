@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/mhc/mhc.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -60,6 +61,8 @@ struct Vec<MhcStorage::kF32> {
 // grid = (ceil(vecs per row / (kThreads * kVecsPerThread)), T).
 template <MhcStorage S>
 __global__ void __launch_bounds__(kThreads) mhc_post_kernel(MhcPostParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   constexpr int kE = Vec<S>::kElems;
   const int64_t t = blockIdx.y;
   const int64_t vecs = p.dim / kE;
@@ -105,6 +108,8 @@ __global__ void __launch_bounds__(kThreads) mhc_post_kernel(MhcPostParams p) {
 // Collapse: grid = (ceil(vecs per row / kThreads), T); one 16-byte vector of one token per thread.
 template <MhcStorage S>
 __global__ void __launch_bounds__(kThreads) mhc_collapse_kernel(MhcCollapseParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   constexpr int kE = Vec<S>::kElems;
   const int64_t t = blockIdx.y;
   const int64_t vecs = p.dim / kE;
@@ -149,7 +154,7 @@ void launch_post(const MhcPostParams& p, cudaStream_t stream) {
     q.tokens = n;
     const dim3 grid(static_cast<unsigned>((vecs + per_block - 1) / per_block),
                     static_cast<unsigned>(n));
-    mhc_post_kernel<S><<<grid, kThreads, 0, stream>>>(q);
+    cuda_detail::launch_pdl(mhc_post_kernel<S>, grid, kThreads, 0, stream, q);
     DI_CUDA_CHECK(cudaGetLastError());
   }
 }
@@ -187,9 +192,9 @@ void mhc_collapse(const MhcCollapseParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((vecs + kThreads - 1) / kThreads),
                   static_cast<unsigned>(p.tokens));
   if (bf16) {
-    mhc_collapse_kernel<MhcStorage::kBf16><<<grid, kThreads, 0, stream>>>(p);
+    cuda_detail::launch_pdl(mhc_collapse_kernel<MhcStorage::kBf16>, grid, kThreads, 0, stream, p);
   } else {
-    mhc_collapse_kernel<MhcStorage::kF32><<<grid, kThreads, 0, stream>>>(p);
+    cuda_detail::launch_pdl(mhc_collapse_kernel<MhcStorage::kF32>, grid, kThreads, 0, stream, p);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

@@ -29,6 +29,7 @@
 #include "common/check.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/mhc/mhc.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -62,20 +63,29 @@ struct TileCfg<MhcStorage::kF32> {
   static constexpr int kRowBytes = kMhcStreams * kChunk * 4 + 32;
 };
 
-// A stage: kRows padded rows of X, then the rows' carried pre [kRows][4] fp32.
-template <MhcStorage S>
-constexpr int stage_x_bytes() {
-  return TileCfg<S>::kRows * TileCfg<S>::kRowBytes;
-}
-template <MhcStorage S>
-constexpr int stage_bytes() {
-  return stage_x_bytes<S>() + TileCfg<S>::kRows * kMhcStreams * 4;
-}
+// Shapes of one instantiation. Large tiles (kSmall = false) keep fn in global memory (read through
+// the L1 once per 16-k block and copy, one copy ahead): at T >= a few hundred the same fragments
+// serve 32-64 rows. Small tiles (kSmall = true: 16 rows) are the decode shape: a split has only
+// a handful of tiles, so a CTA's fn fragments (36 KiB per chunk) are part of its cp.async stage
+// and arrive with the X rows, several chunks in flight, instead of one dependent load chain per
+// copy. Both compute every row with the same instruction sequence: bitwise the same outputs.
+template <MhcStorage S, bool kSmall>
+struct Tile {
+  static constexpr int kRows = kSmall ? 16 : TileCfg<S>::kRows;
+  static constexpr int kRowBytes = TileCfg<S>::kRowBytes;
+  static constexpr int kStageX = kRows * kRowBytes;
+  static constexpr int kPreBytes = kRows * kMhcStreams * 4;
+  static constexpr int kFnBlockWords = 576;  // one 16-k block of the packed fn
+  // Per chunk: 4 copies x 4 warps (16-d blocks) of fn blocks, [copy][warp][576 words].
+  static constexpr int kFnBytes = kSmall ? kMhcStreams * (kChunk / 16) * kFnBlockWords * 4 : 0;
+  // A stage: kRows padded rows of X, the rows' carried pre [kRows][4] fp32, then (small) fn.
+  static constexpr int kStage = kStageX + kPreBytes + kFnBytes;
+};
 
 // Stages, then the warp-combine buffer [kRows][kPartials].
-template <MhcStorage S, int kStages>
+template <MhcStorage S, bool kSmall, int kStages>
 constexpr int smem_bytes() {
-  return kStages * stage_bytes<S>() + TileCfg<S>::kRows * kPartials * 4;
+  return kStages * Tile<S, kSmall>::kStage + Tile<S, kSmall>::kRows * kPartials * 4;
 }
 
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) {
@@ -112,17 +122,19 @@ __device__ __forceinline__ float bf16_hi(uint32_t w) {
   return __uint_as_float(w & 0xFFFF0000u);
 }
 
-// kStages = 3: 2 CTAs per SM; kStages = 2: 3 CTAs per SM (register cap 170).
-template <MhcStorage S, int kStages>
-__global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
+// Large tiles: kStages = 3: 2 CTAs per SM; kStages = 2: 3 CTAs per SM (register cap 170).
+template <MhcStorage S, bool kSmall, int kStages>
+__global__ void __launch_bounds__(kThreads, kSmall ? 1 : (kStages == 2 ? 3 : 2))
     mhc_pre_partial_kernel(MhcPreParams p, int splits, int chunks_per_split, int64_t tiles) {
-  using Cfg = TileCfg<S>;
-  using Elem = typename Cfg::Elem;
-  constexpr int kRows = Cfg::kRows;
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
+  using T = Tile<S, kSmall>;
+  using Elem = typename TileCfg<S>::Elem;
+  constexpr int kRows = T::kRows;
   constexpr int kMt = kRows / 16;  // m-tiles per warp
-  constexpr int kRowBytes = Cfg::kRowBytes;
-  constexpr int kStage = stage_bytes<S>();
-  constexpr int kStageX = stage_x_bytes<S>();
+  constexpr int kRowBytes = T::kRowBytes;
+  constexpr int kStage = T::kStage;
+  constexpr int kStageX = T::kStageX;
   constexpr int kSegPieces = kChunk * static_cast<int>(sizeof(Elem)) / 16;  // 16 B per cp.async
   constexpr int kPieces = kRows * kMhcStreams * kSegPieces;
 
@@ -200,6 +212,18 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
       cp_async4(pre_dst + i, valid ? p.carried_pre + st.t0 * kMhcStreams + i : p.carried_pre,
                 valid);
     }
+    if constexpr (kSmall) {
+      // The chunk's fn blocks, [copy j][warp w] = 16-k block j * dim / 16 + d0 / 16 + w: each
+      // (j) a contiguous run of kChunk / 16 blocks in the packed fn.
+      constexpr int kRun = (kChunk / 16) * T::kFnBlockWords / 4;  // 16-byte pieces per copy
+      unsigned char* fn_dst = dst + kStageX + T::kPreBytes;
+      for (int i = tid; i < kMhcStreams * kRun; i += kThreads) {
+        const int j = i / kRun, piece = i % kRun;
+        const uint32_t* src_fn =
+            p.fn_packed + (j * (dim / 16) + st.d0 / 16) * T::kFnBlockWords + piece * 4;
+        cp_async16(fn_dst + static_cast<size_t>(i) * 16, src_fn, true);
+      }
+    }
   };
 
   float acc[kMt][3][4] = {};
@@ -256,21 +280,31 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
       uint4 c[4];
       uint2 t;
     };
-    const auto load_fn = [&](int64_t kb) {
-      const uint32_t* blk = fnw + kb * 576;
+    // Copy j's block of this warp: from global memory (large tiles) or from the stage (small).
+    const auto load_fn = [&](int j) {
       FnWords f;
+      if constexpr (kSmall) {
+        const uint32_t* blk = reinterpret_cast<const uint32_t*>(buf + kStageX + T::kPreBytes) +
+                              (j * (kChunk / 16) + warp) * T::kFnBlockWords;
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        f.c[i] = __ldg(reinterpret_cast<const uint4*>(blk + i * 128) + lane);
-      f.t = __ldg(reinterpret_cast<const uint2*>(blk + 512) + lane);
+        for (int i = 0; i < 4; ++i)
+          f.c[i] = reinterpret_cast<const uint4*>(blk + i * 128)[lane];
+        f.t = reinterpret_cast<const uint2*>(blk + 512)[lane];
+      } else {
+        const uint32_t* blk = fnw + (j * kblocks_per_copy + kb0) * T::kFnBlockWords;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          f.c[i] = __ldg(reinterpret_cast<const uint4*>(blk + i * 128) + lane);
+        f.t = __ldg(reinterpret_cast<const uint2*>(blk + 512) + lane);
+      }
       return f;
     };
-    FnWords fb_next = load_fn(kb0);
+    FnWords fb_next = load_fn(0);
 
 #pragma unroll
     for (int j = 0; j < kMhcStreams; ++j) {
       const FnWords fb = fb_next;
-      if (j + 1 < kMhcStreams) fb_next = load_fn((j + 1) * kblocks_per_copy + kb0);
+      if (j + 1 < kMhcStreams) fb_next = load_fn(j + 1);
       const uint32_t fw[18] = {fb.c[0].x, fb.c[0].y, fb.c[0].z, fb.c[0].w, fb.c[1].x, fb.c[1].y,
                                fb.c[1].z, fb.c[1].w, fb.c[2].x, fb.c[2].y, fb.c[2].z, fb.c[2].w,
                                fb.c[3].x, fb.c[3].y, fb.c[3].z, fb.c[3].w, fb.t.x,    fb.t.y};
@@ -432,6 +466,8 @@ constexpr int kMaxSplits = kMhcPreMaxSplits;  // mhc_pre_splits(dim) <= this (mh
 // in order, then runs cpu::hc_mixes' epilogue; every value sees the same operation sequence as in
 // the CPU reference, the row / column sums gathered by shuffles and added in index order.
 __global__ void mhc_pre_finalize_kernel(MhcPreParams p, int splits) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   constexpr int hc = kMhcStreams;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int e = lane & 15, base = lane & 16, j = e >> 2, k = e & 3;
@@ -504,38 +540,40 @@ bool aligned(const void* ptr, uintptr_t bytes) {
 // Raise the shared-memory limit and return the number of CTAs the current device holds at once
 // (the persistent grid); queried on every launch rather than remembered in process-wide state.
 // The grid size changes only which CTA does an item, never how a row is computed.
-template <MhcStorage S, int kStages>
+template <MhcStorage S, bool kSmall, int kStages>
 int resident_ctas() {
   int device = 0;
   DI_CUDA_CHECK(cudaGetDevice(&device));
-  DI_CUDA_CHECK(cudaFuncSetAttribute(mhc_pre_partial_kernel<S, kStages>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     smem_bytes<S, kStages>()));
+  constexpr int kSmem = smem_bytes<S, kSmall, kStages>();
+  DI_CUDA_CHECK(cudaFuncSetAttribute(mhc_pre_partial_kernel<S, kSmall, kStages>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   int per_sm = 0, sms = 0;
   DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, mhc_pre_partial_kernel<S, kStages>, kThreads, smem_bytes<S, kStages>()));
+      &per_sm, mhc_pre_partial_kernel<S, kSmall, kStages>, kThreads, kSmem));
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return per_sm * sms > 0 ? per_sm * sms : 1;
 }
 
-template <MhcStorage S, int kStages>
+template <MhcStorage S, bool kSmall, int kStages>
 void launch_partial(const MhcPreParams& p, int splits, MhcPreGrid mode, cudaStream_t stream) {
-  const int64_t resident = resident_ctas<S, kStages>();
-  const int64_t tiles = (p.tokens + TileCfg<S>::kRows - 1) / TileCfg<S>::kRows;
+  const int64_t resident = resident_ctas<S, kSmall, kStages>();
+  constexpr int kRows = Tile<S, kSmall>::kRows;
+  const int64_t tiles = (p.tokens + kRows - 1) / kRows;
   const int64_t items = tiles * splits;
   const int64_t grid = mode == MhcPreGrid::kPersistent && items > resident ? resident : items;
   const int chunks_per_split = static_cast<int>(p.dim / kChunk / splits);
   DI_CHECK(items < (int64_t{1} << 31) && (items / grid + 1) * chunks_per_split < (int64_t{1} << 31),
            "mhc_pre: {} tokens is too many", p.tokens);
-  mhc_pre_partial_kernel<S, kStages>
-      <<<static_cast<unsigned>(grid), kThreads, smem_bytes<S, kStages>(), stream>>>(
-          p, splits, chunks_per_split, tiles);
+  cuda_detail::launch_pdl(mhc_pre_partial_kernel<S, kSmall, kStages>, static_cast<unsigned>(grid),
+                          kThreads, smem_bytes<S, kSmall, kStages>(), stream, p, splits,
+                          chunks_per_split, tiles);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
-void mhc_pre_with_config(const MhcPreParams& p, int stages, MhcPreGrid grid, cudaStream_t stream) {
+void mhc_pre_with_config(const MhcPreParams& p, int stages, MhcPreGrid grid, cudaStream_t stream,
+                         MhcPreTile tile) {
   DI_CHECK(p.tokens >= 0, "mhc_pre: negative token count {}", p.tokens);
   DI_CHECK(stages == 2 || stages == 3, "mhc_pre: {} pipeline stages (2 or 3)", stages);
   const int splits = mhc_pre_splits(p.dim);  // checks dim
@@ -547,29 +585,36 @@ void mhc_pre_with_config(const MhcPreParams& p, int stages, MhcPreGrid grid, cud
   DI_CHECK(aligned(p.stream, 16) && aligned(p.fn_packed, 16) && aligned(p.collapsed, 8),
            "mhc_pre: stream / fn_packed must be 16-byte and collapsed 8-byte aligned");
   DI_CHECK(p.sinkhorn_iters >= 1, "mhc_pre: sinkhorn_iters {} < 1", p.sinkhorn_iters);
-  const bool bf16 = p.storage == MhcStorage::kBf16;
-  if (stages == 2) {
-    bf16 ? launch_partial<MhcStorage::kBf16, 2>(p, splits, grid, stream)
-         : launch_partial<MhcStorage::kF32, 2>(p, splits, grid, stream);
-  } else {
-    bf16 ? launch_partial<MhcStorage::kBf16, 3>(p, splits, grid, stream)
-         : launch_partial<MhcStorage::kF32, 3>(p, splits, grid, stream);
+  if (tile == MhcPreTile::kAuto) {
+    tile = p.tokens <= kMhcPreSmallTileMaxTokens ? MhcPreTile::kSmall : MhcPreTile::kLarge;
   }
+  const bool bf16 = p.storage == MhcStorage::kBf16;
+  const bool small = tile == MhcPreTile::kSmall;
+  using L = void (*)(const MhcPreParams&, int, MhcPreGrid, cudaStream_t);
+  // [small][bf16][stages == 3]
+  constexpr L kLaunch[2][2][2] = {
+      {{launch_partial<MhcStorage::kF32, false, 2>, launch_partial<MhcStorage::kF32, false, 3>},
+       {launch_partial<MhcStorage::kBf16, false, 2>, launch_partial<MhcStorage::kBf16, false, 3>}},
+      {{launch_partial<MhcStorage::kF32, true, 2>, launch_partial<MhcStorage::kF32, true, 3>},
+       {launch_partial<MhcStorage::kBf16, true, 2>, launch_partial<MhcStorage::kBf16, true, 3>}}};
+  kLaunch[small][bf16][stages == 3](p, splits, grid, stream);
   // 16 lanes per token, 4 tokens per block: the epilogue is latency-bound, so spread it wide.
   DI_CHECK(splits <= kMaxSplits, "mhc_pre: {} splits > {}", splits, kMaxSplits);
   constexpr int kFinalizeThreads = 64;
   const int64_t blocks = (p.tokens * 16 + kFinalizeThreads - 1) / kFinalizeThreads;
-  mhc_pre_finalize_kernel<<<static_cast<unsigned>(blocks), kFinalizeThreads, 0, stream>>>(p,
-                                                                                          splits);
+  cuda_detail::launch_pdl(mhc_pre_finalize_kernel, static_cast<unsigned>(blocks), kFinalizeThreads,
+                          0, stream, p, splits);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
 void mhc_pre_with_stages(const MhcPreParams& p, int stages, cudaStream_t stream) {
-  mhc_pre_with_config(p, stages, kDefaultGrid, stream);
+  mhc_pre_with_config(p, stages, kDefaultGrid, stream, MhcPreTile::kAuto);
 }
 
 void mhc_pre(const MhcPreParams& p, cudaStream_t stream) {
-  mhc_pre_with_config(p, kDefaultStages, kDefaultGrid, stream);
+  // Small tiles keep more chunks in flight (fn in the stage): 3 stages, one CTA per SM.
+  const bool small = p.tokens <= kMhcPreSmallTileMaxTokens;
+  mhc_pre_with_config(p, small ? 3 : kDefaultStages, kDefaultGrid, stream, MhcPreTile::kAuto);
 }
 
 }  // namespace di

@@ -36,6 +36,7 @@
 #include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
 #include "kernels/cuda/moe/moe_expert.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -117,6 +118,8 @@ __device__ __forceinline__ int ring_offset(int r, int c) {
 template <int kGroups>
 __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kGroups == 1 ? 4 : 2)
     moe_expert_gemm_kernel(const MoeExpertGemmParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   constexpr int kTok = 8 * kGroups;
   extern __shared__ __align__(128) uint8_t smem[];
   const MoeExpertTile tile = p.tiles[blockIdx.y];
@@ -399,6 +402,8 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
 
 __global__ void __launch_bounds__(kTilesThreads)
     moe_expert_tiles_kernel(const MoeExpertTilesParams p, int64_t bound) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   using Scan = cub::BlockScan<int, kTilesThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int total;
@@ -427,6 +432,8 @@ __global__ void __launch_bounds__(kTilesThreads)
 
 template <typename S>
 __global__ void __launch_bounds__(256) moe_swiglu_quant_kernel(const MoeSwigluQuantParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   using namespace ops_detail;
   const int64_t groups = p.inter / 4;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -481,6 +488,8 @@ __global__ void __launch_bounds__(256) moe_swiglu_quant_kernel(const MoeSwigluQu
 
 // One thread per 32-block.
 __global__ void __launch_bounds__(256) moe_interleave_kernel(const MoeInterleaveParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= p.rows * (p.k / 32)) return;
   const uint4 a = __ldg(reinterpret_cast<const uint4*>(p.src) + 2 * i);
@@ -504,7 +513,8 @@ void moe_interleave_act(const MoeInterleaveParams& p, cudaStream_t stream) {
       reinterpret_cast<uintptr_t>(p.src) % 16 == 0 && reinterpret_cast<uintptr_t>(p.dst) % 16 == 0,
       "moe_interleave_act: src and dst must be 16-byte aligned");
   const int64_t blocks = p.rows * (p.k / 32);
-  moe_interleave_kernel<<<static_cast<unsigned>((blocks + 255) / 256), 256, 0, stream>>>(p);
+  cuda_detail::launch_pdl(moe_interleave_kernel, static_cast<unsigned>((blocks + 255) / 256), 256,
+                          0, stream, p);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -534,7 +544,7 @@ void moe_expert_tiles(const MoeExpertTilesParams& p, cudaStream_t stream) {
            kMoeTileTokensPrefill);
   const int64_t bound = moe_expert_tile_bound(p.experts, p.pairs, p.tile_tokens);
   if (bound == 0) return;
-  moe_expert_tiles_kernel<<<1, kTilesThreads, 0, stream>>>(p, bound);
+  cuda_detail::launch_pdl(moe_expert_tiles_kernel, 1, kTilesThreads, 0, stream, p, bound);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -568,7 +578,7 @@ void moe_expert_gemm(const MoeExpertGemmParams& p, cudaStream_t stream) {
                                      static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(kSplit * ((p.mats * p.n + kCtaRows - 1) / kCtaRows)),
                   static_cast<unsigned>(p.tile_count));
-  kernel<<<grid, kWarps * 32, static_cast<size_t>(smem), stream>>>(p);
+  cuda_detail::launch_pdl(kernel, grid, kWarps * 32, static_cast<size_t>(smem), stream, p);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -582,9 +592,9 @@ void moe_swiglu_quant(const MoeSwigluQuantParams& p, cudaStream_t stream) {
   const int64_t threads = p.pairs * (p.inter / 4);
   const auto blocks = static_cast<unsigned>((threads + 255) / 256);
   if (p.precision == ActPrecision::kF32) {
-    moe_swiglu_quant_kernel<float><<<blocks, 256, 0, stream>>>(p);
+    cuda_detail::launch_pdl(moe_swiglu_quant_kernel<float>, blocks, 256, 0, stream, p);
   } else {
-    moe_swiglu_quant_kernel<uint16_t><<<blocks, 256, 0, stream>>>(p);
+    cuda_detail::launch_pdl(moe_swiglu_quant_kernel<uint16_t>, blocks, 256, 0, stream, p);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

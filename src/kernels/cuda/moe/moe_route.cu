@@ -21,6 +21,7 @@
 #include "common/check.h"
 #include "kernels/cuda/moe/moe_route.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -38,6 +39,8 @@ __device__ __forceinline__ float route_score(float logit, float gate_temp) {
 }
 
 __global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRouteParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ float s_score[kRouteWarps][kMaxExperts];
   __shared__ float s_sel[kRouteWarps][kMaxExperts];
   __shared__ uint8_t s_taken[kRouteWarps][kMaxExperts];
@@ -102,6 +105,8 @@ __global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRo
 }
 
 __global__ void iota_kernel(int32_t* v, int64_t n) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) v[i] = static_cast<int32_t>(i);
 }
@@ -110,6 +115,8 @@ __global__ void iota_kernel(int32_t* v, int64_t n) {
 // the inverse permutation.
 __global__ void offsets_kernel(const int32_t* keys, const int32_t* pair_index, int64_t n,
                                int32_t experts, int32_t* offsets, int32_t* pair_pos) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i > n) return;
   // Ids come from moe_route (always in range); clamped anyway so that no write leaves offsets.
@@ -125,6 +132,8 @@ using ops_detail::store4;
 
 template <typename T>
 __global__ void __launch_bounds__(256) moe_combine_kernel(const MoeCombineParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ int32_t s_pos[kMaxTopk];
   const int64_t row = blockIdx.x;
   if (threadIdx.x == 0) {
@@ -200,7 +209,7 @@ void moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   DI_CHECK(p.logits != nullptr && p.bias != nullptr && p.ids != nullptr && p.weights != nullptr,
            "moe_route: null logits/bias/ids/weights");
   const auto blocks = static_cast<unsigned>((p.rows + kRouteWarps - 1) / kRouteWarps);
-  moe_route_kernel<<<blocks, 32 * kRouteWarps, 0, stream>>>(p);
+  cuda_detail::launch_pdl(moe_route_kernel, blocks, 32 * kRouteWarps, 0, stream, p);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -241,13 +250,14 @@ void moe_permute(const MoePermuteParams& p, cudaStream_t stream) {
   auto* vals_in = reinterpret_cast<int32_t*>(base + align256(static_cast<size_t>(n) * 4));
   void* temp = base + 2 * align256(static_cast<size_t>(n) * 4);
   if (n > 0) {
-    iota_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(vals_in, n);
+    cuda_detail::launch_pdl(iota_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream,
+                            vals_in, n);
     DI_CUDA_CHECK(cudaGetLastError());
     DI_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, p.ids, keys_out, vals_in,
                                                   p.pair_index, n, 0, key_bits(p.experts), stream));
   }
-  offsets_kernel<<<static_cast<unsigned>((n + 1 + 255) / 256), 256, 0, stream>>>(
-      keys_out, p.pair_index, n, p.experts, p.offsets, p.pair_pos);
+  cuda_detail::launch_pdl(offsets_kernel, static_cast<unsigned>((n + 1 + 255) / 256), 256, 0,
+                          stream, keys_out, p.pair_index, n, p.experts, p.offsets, p.pair_pos);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -260,9 +270,9 @@ void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
            "moe_combine: null expert_out/ids/pair_pos/y");
   const auto grid = static_cast<unsigned>(p.rows);
   if (p.precision == ActPrecision::kF32) {
-    moe_combine_kernel<float><<<grid, 256, 0, stream>>>(p);
+    cuda_detail::launch_pdl(moe_combine_kernel<float>, grid, 256, 0, stream, p);
   } else {
-    moe_combine_kernel<uint16_t><<<grid, 256, 0, stream>>>(p);
+    cuda_detail::launch_pdl(moe_combine_kernel<uint16_t>, grid, 256, 0, stream, p);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

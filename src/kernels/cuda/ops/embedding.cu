@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/ops/embedding.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -32,6 +33,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     embedding_kernel(const uint16_t* table, const int64_t* ids, T* out, int64_t vocab, int64_t dim,
                      int64_t copies) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int64_t row = blockIdx.x;
   const int64_t id = ids[row];
   const bool bad = id < 0 || id >= vocab;
@@ -63,11 +66,11 @@ void embedding_gather(const EmbeddingParams& p, cudaStream_t stream) {
   DI_CHECK(p.rows <= INT32_MAX, "embedding_gather: {} rows exceed the grid", p.rows);
   const auto grid = static_cast<unsigned>(p.rows);
   if (p.precision == ActPrecision::kF32) {
-    embedding_kernel<float><<<grid, kThreads, 0, stream>>>(
-        p.table, p.ids, static_cast<float*>(p.out), p.vocab, p.dim, p.copies);
+    cuda_detail::launch_pdl(embedding_kernel<float>, grid, kThreads, 0, stream, p.table, p.ids,
+                            static_cast<float*>(p.out), p.vocab, p.dim, p.copies);
   } else {
-    embedding_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(
-        p.table, p.ids, static_cast<uint16_t*>(p.out), p.vocab, p.dim, p.copies);
+    cuda_detail::launch_pdl(embedding_kernel<uint16_t>, grid, kThreads, 0, stream, p.table, p.ids,
+                            static_cast<uint16_t*>(p.out), p.vocab, p.dim, p.copies);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/ops/lm_head.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -87,6 +88,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     lm_head_kernel(const float* __restrict__ x, const uint16_t* __restrict__ w,
                    float* __restrict__ out, int64_t rows, int64_t vocab, int64_t dim,
                    int64_t out_stride) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kN;
   if (n0 >= vocab) return;
@@ -127,6 +130,8 @@ __global__ void __launch_bounds__(kThreads)
     lm_head_generic_kernel(const float* __restrict__ x, const uint16_t* __restrict__ w,
                            float* __restrict__ out, int64_t rows, int64_t vocab, int64_t dim,
                            int64_t out_stride) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kN;
   if (n0 >= vocab) return;
@@ -172,6 +177,8 @@ __global__ void __launch_bounds__(kThreads)
     lm_head_tiled_kernel(const float* __restrict__ x, const uint16_t* __restrict__ w,
                          float* __restrict__ out, int64_t rows, int64_t vocab, int64_t dim,
                          int64_t out_stride) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ __align__(16) float xs[kTileM][kStageK];
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kN;
@@ -234,8 +241,8 @@ unsigned warp_grid(int64_t vocab) {
 
 template <int kM>
 void launch(const LmHeadParams& p, int64_t stride, cudaStream_t stream) {
-  lm_head_kernel<kM><<<warp_grid(p.vocab), kThreads, 0, stream>>>(p.x, p.weight, p.logits, p.rows,
-                                                                  p.vocab, p.dim, stride);
+  cuda_detail::launch_pdl(lm_head_kernel<kM>, warp_grid(p.vocab), kThreads, 0, stream, p.x,
+                          p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
 }
 
 }  // namespace
@@ -250,8 +257,8 @@ void lm_head(const LmHeadParams& p, cudaStream_t stream) {
   DI_CHECK(p.x != nullptr && p.weight != nullptr && p.logits != nullptr,
            "lm_head: null x/weight/logits ({} rows)", p.rows);
   if (p.dim % 256 != 0) {
-    lm_head_generic_kernel<<<warp_grid(p.vocab), kThreads, 0, stream>>>(
-        p.x, p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
+    cuda_detail::launch_pdl(lm_head_generic_kernel, warp_grid(p.vocab), kThreads, 0, stream, p.x,
+                            p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
     DI_CUDA_CHECK(cudaGetLastError());
     return;
   }
@@ -262,8 +269,8 @@ void lm_head(const LmHeadParams& p, cudaStream_t stream) {
   // H200: kM = 8 re-reads W half as often as 4 (M = 8: 1.12 ms vs 1.42 ms with two kM = 4
   // tiles); below 8 rows the smaller tiles waste no lanes.
   if (p.rows >= kTileM && p.dim % kStageK == 0) {
-    lm_head_tiled_kernel<<<warp_grid(p.vocab), kThreads, 0, stream>>>(
-        p.x, p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
+    cuda_detail::launch_pdl(lm_head_tiled_kernel, warp_grid(p.vocab), kThreads, 0, stream, p.x,
+                            p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
   } else if (p.rows >= 8) {
     launch<8>(p, stride, stream);
   } else if (p.rows >= 4) {

@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "kernels/cuda/ops/device_common.cuh"
 #include "kernels/cuda/ops/rope.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -40,6 +41,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(T* x, const int64_t* positions, const float* freqs, int64_t heads, int64_t head_dim,
                 int half, int64_t x_stride, bool inverse) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   __shared__ float cos_s[kMaxHalf];
   __shared__ float sin_s[kMaxHalf];
   const int64_t row = blockIdx.x;
@@ -89,13 +92,12 @@ void apply_rope(const RopeApplyParams& p, cudaStream_t stream) {
   const auto half = static_cast<int>(p.rope_dim / 2);
   const auto grid = static_cast<unsigned>(p.rows);
   if (p.precision == ActPrecision::kF32) {
-    rope_kernel<float><<<grid, kThreads, 0, stream>>>(static_cast<float*>(p.x), p.positions,
-                                                      p.freqs, p.heads, p.head_dim, half, stride,
-                                                      p.inverse);
+    cuda_detail::launch_pdl(rope_kernel<float>, grid, kThreads, 0, stream, static_cast<float*>(p.x),
+                            p.positions, p.freqs, p.heads, p.head_dim, half, stride, p.inverse);
   } else {
-    rope_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(static_cast<uint16_t*>(p.x), p.positions,
-                                                         p.freqs, p.heads, p.head_dim, half, stride,
-                                                         p.inverse);
+    cuda_detail::launch_pdl(rope_kernel<uint16_t>, grid, kThreads, 0, stream,
+                            static_cast<uint16_t*>(p.x), p.positions, p.freqs, p.heads, p.head_dim,
+                            half, stride, p.inverse);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/ops/row_norm_quant.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/params/dense_ops.h"
 
 namespace di::ops_detail {
@@ -27,15 +28,19 @@ void launch_row_kernel(const RowKernelArgs& args, int64_t rows, ActPrecision pre
   const bool small = args.dim <= 4 * kRowMaxChunks * 256;
   if (precision == ActPrecision::kF32) {
     if (small) {
-      row_norm_quant_kernel<float, 256, kNorm, kQuant><<<grid, 256, 0, stream>>>(args);
+      cuda_detail::launch_pdl(row_norm_quant_kernel<float, 256, kNorm, kQuant>, grid, 256, 0,
+                              stream, args);
     } else {
-      row_norm_quant_kernel<float, 1024, kNorm, kQuant><<<grid, 1024, 0, stream>>>(args);
+      cuda_detail::launch_pdl(row_norm_quant_kernel<float, 1024, kNorm, kQuant>, grid, 1024, 0,
+                              stream, args);
     }
   } else {
     if (small) {
-      row_norm_quant_kernel<uint16_t, 256, kNorm, kQuant><<<grid, 256, 0, stream>>>(args);
+      cuda_detail::launch_pdl(row_norm_quant_kernel<uint16_t, 256, kNorm, kQuant>, grid, 256, 0,
+                              stream, args);
     } else {
-      row_norm_quant_kernel<uint16_t, 1024, kNorm, kQuant><<<grid, 1024, 0, stream>>>(args);
+      cuda_detail::launch_pdl(row_norm_quant_kernel<uint16_t, 1024, kNorm, kQuant>, grid, 1024, 0,
+                              stream, args);
     }
   }
   DI_CUDA_CHECK(cudaGetLastError());

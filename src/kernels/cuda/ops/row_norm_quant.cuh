@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/ops/device_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di::ops_detail {
 
@@ -32,6 +33,8 @@ struct RowKernelArgs {
 
 template <typename T, int kThreads, bool kNorm, bool kQuant>
 __global__ void __launch_bounds__(kThreads) row_norm_quant_kernel(RowKernelArgs a) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   constexpr int kWarps = kThreads / 32;
   __shared__ float warp_sums[kWarps];
   const int64_t row = blockIdx.x;

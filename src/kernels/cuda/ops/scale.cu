@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/ops/scale.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
@@ -13,18 +14,24 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) scale_kernel(float* x, int64_t n, float s) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < n) x[i] = __fmul_rn(x[i], s);
 }
 
 __global__ void __launch_bounds__(kThreads)
     narrow_kernel(const float* src, __nv_bfloat16* dst, int64_t n) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < n) dst[i] = __float2bfloat16_rn(src[i]);
 }
 
 __global__ void __launch_bounds__(kThreads)
     widen_kernel(const __nv_bfloat16* src, float* dst, int64_t n) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < n) dst[i] = __bfloat162float(src[i]);
 }
@@ -45,11 +52,13 @@ void convert_values(const ConvertParams& p, cudaStream_t stream) {
   }
   const auto grid = static_cast<unsigned>((p.n + kThreads - 1) / kThreads);
   if (dst_bf16) {
-    narrow_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(p.src),
-                                                 static_cast<__nv_bfloat16*>(p.dst), p.n);
+    cuda_detail::launch_pdl(narrow_kernel, grid, kThreads, 0, stream,
+                            static_cast<const float*>(p.src), static_cast<__nv_bfloat16*>(p.dst),
+                            p.n);
   } else {
-    widen_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(p.src),
-                                                static_cast<float*>(p.dst), p.n);
+    cuda_detail::launch_pdl(widen_kernel, grid, kThreads, 0, stream,
+                            static_cast<const __nv_bfloat16*>(p.src), static_cast<float*>(p.dst),
+                            p.n);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }
@@ -60,7 +69,7 @@ void scale_values(const ScaleParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
   DI_CHECK(p.x != nullptr, "scale_values: null x (n={})", p.n);
   const auto grid = static_cast<unsigned>((p.n + kThreads - 1) / kThreads);
-  scale_kernel<<<grid, kThreads, 0, stream>>>(p.x, p.n, p.s);
+  cuda_detail::launch_pdl(scale_kernel, grid, kThreads, 0, stream, p.x, p.n, p.s);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -40,6 +40,7 @@
 #include "common/check.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/wo_a/wo_a.cuh"
 
 namespace di {
@@ -143,6 +144,8 @@ __device__ __forceinline__ void split_hi_lo(float4 v, uint2& hi, uint2& lo) {
 
 template <bool kF32>
 __global__ void __launch_bounds__(kThreads, 3) wo_a_kernel(const WoAParams p, const WoAPlan plan) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   extern __shared__ __align__(128) uint8_t smem[];
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -414,13 +417,14 @@ void wo_a(const WoAParams& p, cudaStream_t stream) {
   config.blockDim = dim3(kThreads, 1, 1);
   config.dynamicSmemBytes = static_cast<size_t>(smem);
   config.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(split);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
+  attr[1] = cuda_detail::pdl_attribute();  // the kernel waits first (kernels/cuda/pdl.cuh)
   config.attrs = attr;
-  config.numAttrs = 1;
+  config.numAttrs = 2;
   DI_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, plan));
 }
 
