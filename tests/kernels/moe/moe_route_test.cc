@@ -111,57 +111,63 @@ TEST(MoeRouteGpu, MatchesCpuRouter) {
   }
 }
 
+// Both algorithms (radix sort; the one-CTA counting sort of decode steps) at sizes on both sides
+// of the automatic choice.
 TEST(MoeRouteGpu, PermutationIsStableAndInverse) {
   DI_REQUIRE_GPU();
   Stream stream;
   const cudaStream_t st = stream.get();
   std::mt19937_64 rng(11);
-  for (const int64_t rows : {int64_t{1}, int64_t{7}, int64_t{300}, int64_t{8192}}) {
-    // Distinct experts per row (as the router gives), skewed towards a few hot experts.
-    std::vector<int32_t> ids(static_cast<size_t>(rows * kK));
-    std::uniform_int_distribution<int> hot(0, 9), any(0, kE - 1);
-    for (int64_t r = 0; r < rows; ++r) {
-      std::vector<int32_t> row;
-      while (row.size() < static_cast<size_t>(kK)) {
-        const int32_t e = (rng() % 2) ? hot(rng) : any(rng);
-        if (std::find(row.begin(), row.end(), e) == row.end()) row.push_back(e);
+  for (const MoePermuteAlgo algo :
+       {MoePermuteAlgo::kAuto, MoePermuteAlgo::kRadixSort, MoePermuteAlgo::kCount}) {
+    for (const int64_t rows : {int64_t{1}, int64_t{7}, int64_t{300}, int64_t{341}, int64_t{8192}}) {
+      SCOPED_TRACE(::testing::Message() << "algo " << static_cast<int>(algo));
+      // Distinct experts per row (as the router gives), skewed towards a few hot experts.
+      std::vector<int32_t> ids(static_cast<size_t>(rows * kK));
+      std::uniform_int_distribution<int> hot(0, 9), any(0, kE - 1);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<int32_t> row;
+        while (row.size() < static_cast<size_t>(kK)) {
+          const int32_t e = (rng() % 2) ? hot(rng) : any(rng);
+          if (std::find(row.begin(), row.end(), e) == row.end()) row.push_back(e);
+        }
+        std::copy(row.begin(), row.end(), ids.begin() + r * kK);
       }
-      std::copy(row.begin(), row.end(), ids.begin() + r * kK);
-    }
-    const int64_t n = rows * kK;
-    DeviceBuffer d_ids = upload(ids, st);
-    DeviceBuffer d_off = poisoned<int32_t>(kE + 1, st);
-    DeviceBuffer d_idx = poisoned<int32_t>(static_cast<size_t>(n), st);
-    DeviceBuffer d_pos = poisoned<int32_t>(static_cast<size_t>(n), st);
-    const size_t ws = moe_permute_workspace_bytes(rows, kK, kE);
-    DeviceBuffer d_ws(ws, "permute workspace");
-    MoePermuteParams p;
-    p.ids = d_ids.as<int32_t>();
-    p.rows = rows;
-    p.topk = kK;
-    p.experts = kE;
-    p.offsets = d_off.as<int32_t>();
-    p.pair_index = d_idx.as<int32_t>();
-    p.pair_pos = d_pos.as<int32_t>();
-    p.workspace = d_ws.data();
-    p.workspace_bytes = ws;
-    moe_permute(p, st);
-    const auto off = download<int32_t>(d_off, kE + 1, st);
-    const auto idx = download<int32_t>(d_idx, static_cast<size_t>(n), st);
-    const auto pos = download<int32_t>(d_pos, static_cast<size_t>(n), st);
-    // Reference: pairs grouped by expert, in pair-index order inside each expert.
-    std::vector<int32_t> want;
-    std::vector<int32_t> want_off(kE + 1, 0);
-    for (int32_t e = 0; e < kE; ++e) {
-      want_off[static_cast<size_t>(e)] = static_cast<int32_t>(want.size());
+      const int64_t n = rows * kK;
+      DeviceBuffer d_ids = upload(ids, st);
+      DeviceBuffer d_off = poisoned<int32_t>(kE + 1, st);
+      DeviceBuffer d_idx = poisoned<int32_t>(static_cast<size_t>(n), st);
+      DeviceBuffer d_pos = poisoned<int32_t>(static_cast<size_t>(n), st);
+      const size_t ws = moe_permute_workspace_bytes(rows, kK, kE);
+      DeviceBuffer d_ws(ws, "permute workspace");
+      MoePermuteParams p;
+      p.ids = d_ids.as<int32_t>();
+      p.rows = rows;
+      p.topk = kK;
+      p.experts = kE;
+      p.offsets = d_off.as<int32_t>();
+      p.pair_index = d_idx.as<int32_t>();
+      p.pair_pos = d_pos.as<int32_t>();
+      p.workspace = d_ws.data();
+      p.workspace_bytes = ws;
+      moe_permute(p, st, algo);
+      const auto off = download<int32_t>(d_off, kE + 1, st);
+      const auto idx = download<int32_t>(d_idx, static_cast<size_t>(n), st);
+      const auto pos = download<int32_t>(d_pos, static_cast<size_t>(n), st);
+      // Reference: pairs grouped by expert, in pair-index order inside each expert.
+      std::vector<int32_t> want;
+      std::vector<int32_t> want_off(kE + 1, 0);
+      for (int32_t e = 0; e < kE; ++e) {
+        want_off[static_cast<size_t>(e)] = static_cast<int32_t>(want.size());
+        for (int64_t i = 0; i < n; ++i)
+          if (ids[static_cast<size_t>(i)] == e) want.push_back(static_cast<int32_t>(i));
+      }
+      want_off[kE] = static_cast<int32_t>(n);
+      EXPECT_EQ(off, want_off) << "rows " << rows;
+      EXPECT_EQ(idx, want) << "rows " << rows;
       for (int64_t i = 0; i < n; ++i)
-        if (ids[static_cast<size_t>(i)] == e) want.push_back(static_cast<int32_t>(i));
+        ASSERT_EQ(pos[static_cast<size_t>(idx[static_cast<size_t>(i)])], i) << "rows " << rows;
     }
-    want_off[kE] = static_cast<int32_t>(n);
-    EXPECT_EQ(off, want_off) << "rows " << rows;
-    EXPECT_EQ(idx, want) << "rows " << rows;
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(pos[static_cast<size_t>(idx[static_cast<size_t>(i)])], i) << "rows " << rows;
   }
 }
 

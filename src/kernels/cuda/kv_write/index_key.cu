@@ -20,9 +20,12 @@ namespace di {
 namespace {
 
 using kv_write_detail::kThreads;
-constexpr int kG = kIndexKeyGroupsPerCta;
 static_assert(kThreads == kIndexDim && kIndexDim / kIndexScaleBlock == kThreads / 32);
 
+// kG groups per CTA: kIndexKeyGroupsPerCta for prefill (wk read once per 8 groups), 1 for decode
+// steps (a group per CTA: no chains computed for absent groups, more CTAs in flight). A group's
+// arithmetic is the same in both.
+template <int kG>
 __global__ void __launch_bounds__(kThreads) index_key_kernel(IndexKeyParams p) {
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
@@ -49,6 +52,7 @@ __global__ void __launch_bounds__(kThreads) index_key_kernel(IndexKeyParams p) {
   // Four columns per step: one 8-byte load of wk, one 16-byte shared load per group; each
   // group's sum still adds its products one at a time in ascending column order.
   const uint2* wrow = reinterpret_cast<const uint2*>(p.wk + static_cast<int64_t>(tid) * kKvDim);
+#pragma unroll 8  // independent wk loads in flight (the chains stay sequential)
   for (int c4 = 0; c4 < kKvDim / 4; ++c4) {
     const uint2 w4 = __ldg(wrow + c4);
     // bf16 -> fp32 is exact: the bits shifted into the high half.
@@ -167,8 +171,15 @@ void index_key_write(const IndexKeyParams& p, cudaStream_t stream) {
                reinterpret_cast<uintptr_t>(p.wk) % 16 == 0,
            "index_key_write: latent and wk must be 16-byte aligned");
   if (production) {
-    const auto grid = static_cast<unsigned>((p.groups + kG - 1) / kG);
-    cuda_detail::launch_pdl(index_key_kernel, grid, kThreads, 0, stream, p);
+    // Up to 256 groups (decode steps of up to 256 sequences, small chunks): one group per CTA.
+    constexpr int kG = kIndexKeyGroupsPerCta;
+    if (p.groups <= 256) {
+      cuda_detail::launch_pdl(index_key_kernel<1>, static_cast<unsigned>(p.groups), kThreads, 0,
+                              stream, p);
+    } else {
+      const auto grid = static_cast<unsigned>((p.groups + kG - 1) / kG);
+      cuda_detail::launch_pdl(index_key_kernel<kG>, grid, kThreads, 0, stream, p);
+    }
   } else {
     const size_t smem = static_cast<size_t>(p.latent_dim + p.dim) * sizeof(float);
     cuda_detail::launch_pdl(index_key_generic_kernel, static_cast<unsigned>(p.groups), kThreads,

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 
 #include "backend/cuda/cuda_check.h"
@@ -127,11 +128,66 @@ __global__ void offsets_kernel(const int32_t* keys, const int32_t* pair_index, i
   if (i < n) pair_pos[pair_index[i]] = static_cast<int32_t>(i);
 }
 
+// The small-step permutation in one CTA (decode steps: a few pairs per expert): counts per
+// expert, their exclusive scan (the offsets), then warp 0 places the pairs 32 at a time in index
+// order, each at its expert's cursor plus its rank among the chunk's lanes of the same expert —
+// the same stable order as the radix sort.
+constexpr int kCountThreads = 1024;
+static_assert(kCountThreads >= kMaxExperts, "one expert per thread in the scan");
+
+__global__ void __launch_bounds__(kCountThreads)
+    permute_count_kernel(const int32_t* ids, int32_t n, int32_t experts, int32_t* offsets,
+                         int32_t* pair_index, int32_t* pair_pos) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
+  using Scan = cub::BlockScan<int32_t, kCountThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int32_t cursor[kMaxExperts];
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < experts) cursor[tid] = 0;
+  __syncthreads();
+  // Ids come from moe_route (always in range); clamped anyway so that no write leaves the arrays.
+  auto expert_of = [&](int32_t i) { return min(max(ids[i], 0), experts - 1); };
+  for (int32_t i = tid; i < n; i += kCountThreads)
+    atomicAdd(&cursor[expert_of(i)], 1);
+  __syncthreads();
+  const int32_t count = tid < experts ? cursor[tid] : 0;
+  int32_t start = 0;
+  Scan(scan_tmp).ExclusiveSum(count, start);
+  if (tid < experts) {
+    offsets[tid] = start;
+    cursor[tid] = start;
+  }
+  if (tid == 0) offsets[experts] = n;
+  __syncthreads();
+  if (tid >= 32) return;
+  const unsigned lower = (1u << tid) - 1u;
+  for (int32_t base = 0; base < n; base += 32) {
+    const int32_t i = base + tid;
+    const bool valid = i < n;
+    const int32_t e = valid ? expert_of(i) : -1;
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, e);
+    const int32_t pos = valid ? cursor[e] + __popc(peers & lower) : 0;
+    __syncwarp();
+    if (valid && (peers & lower) == 0) cursor[e] += __popc(peers);  // the group's first lane
+    __syncwarp();
+    if (valid) {
+      pair_index[pos] = i;
+      pair_pos[i] = pos;
+    }
+  }
+}
+
 using ops_detail::load4;
 using ops_detail::store4;
 
+// grid (rows, column slices of 4 * 256): a decode row spreads over dim / 1024 CTAs. Each output
+// sums the row's pairs in ascending expert id, then the shared expert (the loads are issued
+// together, the adds stay in that order).
+constexpr int kCombineThreads = 256;
+
 template <typename T>
-__global__ void __launch_bounds__(256) moe_combine_kernel(const MoeCombineParams p) {
+__global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(const MoeCombineParams p) {
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
   __shared__ int32_t s_pos[kMaxTopk];
@@ -156,24 +212,32 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const MoeCombineParams
   const T* out = static_cast<const T*>(p.expert_out);
   const T* shared = static_cast<const T*>(p.shared);
   T* y = static_cast<T*>(p.y) + row * p.dim;
-  for (int64_t d = 4 * threadIdx.x; d < p.dim; d += 4 * blockDim.x) {
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int j = 0; j < p.topk; ++j) {
-      const float4 v = load4(out + static_cast<int64_t>(s_pos[j]) * p.dim + d);
-      acc.x += v.x;
-      acc.y += v.y;
-      acc.z += v.z;
-      acc.w += v.w;
-    }
-    if (shared != nullptr) {
-      const float4 v = load4(shared + row * p.dim + d);
-      acc.x += v.x;
-      acc.y += v.y;
-      acc.z += v.z;
-      acc.w += v.w;
-    }
-    store4(y + d, acc);
+  const int64_t d = 4 * (static_cast<int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x);
+  if (d >= p.dim) return;
+  float4 v[kMaxTopk];
+#pragma unroll
+  for (int j = 0; j < kMaxTopk; ++j) {
+    if (j < p.topk) v[j] = load4(out + static_cast<int64_t>(s_pos[j]) * p.dim + d);
   }
+  const float4 sv =
+      shared != nullptr ? load4(shared + row * p.dim + d) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int j = 0; j < kMaxTopk; ++j) {
+    if (j < p.topk) {
+      acc.x += v[j].x;
+      acc.y += v[j].y;
+      acc.z += v[j].z;
+      acc.w += v[j].w;
+    }
+  }
+  if (shared != nullptr) {
+    acc.x += sv.x;
+    acc.y += sv.y;
+    acc.z += sv.z;
+    acc.w += sv.w;
+  }
+  store4(y + d, acc);
 }
 
 int key_bits(int32_t experts) {
@@ -227,12 +291,23 @@ size_t moe_permute_workspace_bytes(int64_t rows, int32_t topk, int32_t experts) 
   return permute_bytes(n, cub_temp_bytes(n, experts));
 }
 
-void moe_permute(const MoePermuteParams& p, cudaStream_t stream) {
+void moe_permute(const MoePermuteParams& p, cudaStream_t stream, MoePermuteAlgo algo) {
   DI_CHECK(p.rows >= 0 && p.topk >= 1 && p.topk <= kMaxTopk && p.experts > 0 &&
                p.experts <= kMaxExperts && p.rows * p.topk <= INT32_MAX,
            "moe_permute: bad shape rows {} topk {} experts {}", p.rows, p.topk, p.experts);
   DI_CHECK(p.offsets != nullptr, "moe_permute: null offsets");
   const int64_t n = p.rows * p.topk;
+  if (algo == MoePermuteAlgo::kAuto) {
+    algo = n <= kMoePermuteCountMaxPairs ? MoePermuteAlgo::kCount : MoePermuteAlgo::kRadixSort;
+  }
+  if (algo == MoePermuteAlgo::kCount) {
+    DI_CHECK(n == 0 || (p.ids != nullptr && p.pair_index != nullptr && p.pair_pos != nullptr),
+             "moe_permute: null ids/pair_index/pair_pos");
+    cuda_detail::launch_pdl(permute_count_kernel, 1, kCountThreads, 0, stream, p.ids,
+                            static_cast<int32_t>(n), p.experts, p.offsets, p.pair_index,
+                            p.pair_pos);
+    return;
+  }
   size_t temp_bytes = 0;
   if (n > 0) {
     DI_CHECK(p.ids != nullptr && p.pair_index != nullptr && p.pair_pos != nullptr &&
@@ -268,11 +343,12 @@ void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   DI_CHECK(p.expert_out != nullptr && p.ids != nullptr && p.pair_pos != nullptr && p.y != nullptr,
            "moe_combine: null expert_out/ids/pair_pos/y");
-  const auto grid = static_cast<unsigned>(p.rows);
+  const dim3 grid(static_cast<unsigned>(p.rows),
+                  static_cast<unsigned>((p.dim + 4 * kCombineThreads - 1) / (4 * kCombineThreads)));
   if (p.precision == ActPrecision::kF32) {
-    cuda_detail::launch_pdl(moe_combine_kernel<float>, grid, 256, 0, stream, p);
+    cuda_detail::launch_pdl(moe_combine_kernel<float>, grid, kCombineThreads, 0, stream, p);
   } else {
-    cuda_detail::launch_pdl(moe_combine_kernel<uint16_t>, grid, 256, 0, stream, p);
+    cuda_detail::launch_pdl(moe_combine_kernel<uint16_t>, grid, kCombineThreads, 0, stream, p);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }

@@ -19,7 +19,13 @@ void moe_route(const MoeRouteParams& params, cudaStream_t stream);
 size_t moe_permute_workspace_bytes(int64_t rows, int32_t topk, int32_t experts);
 
 // Expert-contiguous order of the (row, slot) pairs, expert offsets and the inverse permutation.
-void moe_permute(const MoePermuteParams& params, cudaStream_t stream);
+// kRadixSort: CUB's stable radix sort and two small kernels (any size); kCount: one CTA, a counting
+// sort (decode steps: one launch instead of four). Both give the same arrays; kAuto counts up to
+// kMoePermuteCountMaxPairs pairs.
+enum class MoePermuteAlgo : uint8_t { kAuto, kRadixSort, kCount };
+inline constexpr int64_t kMoePermuteCountMaxPairs = 2048;
+void moe_permute(const MoePermuteParams& params, cudaStream_t stream,
+                 MoePermuteAlgo algo = MoePermuteAlgo::kAuto);
 
 // y = expert outputs summed per row in ascending expert id, plus the shared expert.
 void moe_combine(const MoeCombineParams& params, cudaStream_t stream);
