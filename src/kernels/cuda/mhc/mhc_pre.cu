@@ -612,9 +612,8 @@ void mhc_pre_with_stages(const MhcPreParams& p, int stages, cudaStream_t stream)
 }
 
 void mhc_pre(const MhcPreParams& p, cudaStream_t stream) {
-  // Small tiles keep more chunks in flight (fn in the stage): 3 stages, one CTA per SM.
-  const bool small = p.tokens <= kMhcPreSmallTileMaxTokens;
-  mhc_pre_with_config(p, small ? 3 : kDefaultStages, kDefaultGrid, stream, MhcPreTile::kAuto);
+  // Both tiles measured fastest with 2 stages (small: 2 CTAs per SM; docs/PERF.md 2026-12-01).
+  mhc_pre_with_config(p, kDefaultStages, kDefaultGrid, stream, MhcPreTile::kAuto);
 }
 
 }  // namespace di
