@@ -42,30 +42,6 @@ struct MoeRouteParams {
   float route_scale = 1.0f;
 };
 
-struct MoePermuteParams {
-  const int32_t* ids = nullptr;  // [rows, topk] from moe_route
-  int64_t rows = 0;
-  int32_t topk = 0;
-  int32_t experts = 0;
-  int32_t* offsets = nullptr;     // [experts + 1] start of each expert's pairs; offsets[E] = pairs
-  int32_t* pair_index = nullptr;  // [rows * topk] sorted pairs as row * topk + j
-  int32_t* pair_pos = nullptr;    // [rows * topk] inverse: position of pair row * topk + j
-  void* workspace = nullptr;      // moe_permute_workspace_bytes(rows, topk) bytes, 256-aligned
-  size_t workspace_bytes = 0;
-};
-
-struct MoeCombineParams {
-  const void* expert_out = nullptr;   // [rows * topk, dim] expert outputs in permuted order
-  const void* shared = nullptr;       // [rows, dim] shared-expert output (nullable: none)
-  const int32_t* ids = nullptr;       // [rows, topk]
-  const int32_t* pair_pos = nullptr;  // [rows * topk] from moe_permute
-  void* y = nullptr;                  // [rows, dim]
-  int64_t rows = 0;
-  int32_t topk = 0;
-  int64_t dim = 0;                              // % 4 == 0
-  ActPrecision precision = ActPrecision::kF32;  // storage of expert_out, shared and y
-};
-
 // Expert tiles of the grouped GEMM: up to tile_tokens consecutive pairs of one expert, in expert
 // order; written by moe_expert_tiles from moe_permute's offsets. Unused entries (the list has
 // moe_expert_tile_bound entries) have expert = -1. Tiles of 8 pairs suit decode (an expert's
@@ -79,6 +55,36 @@ struct MoeExpertTile {
   int32_t first_pair = 0;  // first pair position (into the permuted order)
   int32_t count = 0;       // pairs in the tile, 1..kMoeTileTokens
   int32_t pad = 0;
+};
+
+struct MoePermuteParams {
+  const int32_t* ids = nullptr;  // [rows, topk] from moe_route
+  int64_t rows = 0;
+  int32_t topk = 0;
+  int32_t experts = 0;
+  int32_t* offsets = nullptr;     // [experts + 1] start of each expert's pairs; offsets[E] = pairs
+  int32_t* pair_index = nullptr;  // [rows * topk] sorted pairs as row * topk + j
+  int32_t* pair_pos = nullptr;    // [rows * topk] inverse: position of pair row * topk + j
+  void* workspace = nullptr;      // moe_permute_workspace_bytes(rows, topk) bytes, 256-aligned
+  size_t workspace_bytes = 0;
+  // Optional (nullable): the expert tiles of moe_expert_tiles, written by the one-CTA counting
+  // permutation as well (decode steps: one launch less); tile_tokens and the list length as
+  // there (moe_expert_tile_bound). moe_permute returns whether it wrote them.
+  MoeExpertTile* tiles = nullptr;
+  int32_t tile_tokens = 0;
+  int64_t tile_bound = 0;
+};
+
+struct MoeCombineParams {
+  const void* expert_out = nullptr;   // [rows * topk, dim] expert outputs in permuted order
+  const void* shared = nullptr;       // [rows, dim] shared-expert output (nullable: none)
+  const int32_t* ids = nullptr;       // [rows, topk]
+  const int32_t* pair_pos = nullptr;  // [rows * topk] from moe_permute
+  void* y = nullptr;                  // [rows, dim]
+  int64_t rows = 0;
+  int32_t topk = 0;
+  int64_t dim = 0;                              // % 4 == 0
+  ActPrecision precision = ActPrecision::kF32;  // storage of expert_out, shared and y
 };
 
 struct MoeExpertTilesParams {

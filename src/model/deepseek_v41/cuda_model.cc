@@ -307,6 +307,11 @@ class CudaModel final : public ForwardModel {
   std::optional<EngramHashParams> engram_params_;
   std::unique_ptr<Model<float>> drafter_;  // DSpark stages on the CPU reference (interim)
   Stream stream_;
+  // The side stream of the shared expert (forked from and joined into stream_ inside moe()), and
+  // the stream the launch helpers use (stream_ except between that fork and join).
+  Stream side_;
+  Event fork_, join_;
+  cudaStream_t ls_ = nullptr;
   WeightPool pool_;
   std::vector<DevBlock> blocks_;
   const uint16_t* embed_ = nullptr;
@@ -406,6 +411,7 @@ CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Fo
   // fp32 precision's); fp32: exact-order linears unless tensor_core_linears.
   act_ = opts_.precision == Precision::kBf16 ? ActPrecision::kBF16 : ActPrecision::kF32;
   exact_ = act_ == ActPrecision::kF32 && !cuda_.tensor_core_linears;
+  ls_ = stream_.get();
   if (cuda_.time_blocks) {
     for (int64_t b = 0; b < cfg_.num_layers + 2; ++b)
       block_events_.emplace_back(true);
@@ -558,8 +564,9 @@ void* CudaModel::buf(const std::string& name, size_t bytes) {
   bytes = std::max<size_t>(bytes, 16);
   auto it = scratch_.find(name);
   if (it == scratch_.end() || it->second.size() < bytes) {
-    // A freed buffer may still be read by queued work: finish the stream first.
+    // A freed buffer may still be read by queued work: finish both streams first.
     stream_.synchronize();
+    side_.synchronize();
     scratch_[name] = DeviceBuffer(round_up(bytes + bytes / 4, 256), "step buffer " + name);
     it = scratch_.find(name);
   }
@@ -694,7 +701,7 @@ void CudaModel::gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const De
     p.n = w.n;
     p.k = w.k;
     p.y = static_cast<float*>(out);
-    linear_exact(p, stream_.get());
+    linear_exact(p, ls_);
     after("linear_exact");
     return;
   }
@@ -711,7 +718,7 @@ void CudaModel::gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const De
   p.block = w.block;
   p.out = out;
   p.out_dtype = act_ == ActPrecision::kBF16 ? Fp8OutDtype::kBf16 : Fp8OutDtype::kF32;
-  fp8_gemm(p, plan, stream_.get());
+  fp8_gemm(p, plan, ls_);
   after("fp8_gemm");
 }
 
@@ -899,8 +906,10 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   // The pinned uploads of the previous step are free once its copies ran (a no-op wait after a
   // completed step; after a step that threw, queued copies may still read them).
   stream_.synchronize();
+  side_.synchronize();
   uploads_.reset();
-  op_count_ = 0;  // a step that threw left its events unread
+  ls_ = stream_.get();  // a step that threw between the fork and the join left the side stream
+  op_count_ = 0;        // a step that threw left its events unread
   if (cuda_.start_delay_us > 0) gpu_spin(cuda_.start_delay_us, stream_.get());
   mark_op("(step start)");
   build_tables(step);
@@ -1538,6 +1547,35 @@ void CudaModel::moe(int64_t i, int64_t S) {
   const int64_t pairs = S * K;
   const uint8_t* xq = buf<uint8_t>("xq", S * D);
   const uint8_t* xs = buf<uint8_t>("xs", S * D / kActBlock);
+  // Timing events and sync checks name ops on the main stream: no side stream then.
+  const bool fork = !cuda_.time_ops && !sync_check_;
+  // Shared expert: w1 | w3 in one FP8 GEMM, SwiGLU (weight 1) -> act_quant, w2, on the side
+  // stream: it needs only the normed input and runs beside the routed chain, whose expert GEMM
+  // leaves SMs idle at decode batches (joined before the combine).
+  if (fork) {
+    fork_.record(stream_.get());
+    DI_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), fork_.get(), 0));
+    ls_ = side_.get();
+  }
+  const int64_t Is = w.shared_w2.k;
+  void* sgu = act("moe.shared.gu", S * 2 * Is);
+  gemm_q(xq, xs, S, w.shared_w13, sgu);
+  MoeSwigluQuantParams ss;
+  ss.gu = sgu;
+  ss.pairs = S;
+  ss.inter = Is;
+  ss.limit = static_cast<float>(cfg_.swiglu_limit);
+  ss.precision = act_;
+  ss.codes = buf<uint8_t>("moe.shared.hq", S * Is);
+  ss.scales = buf<uint8_t>("moe.shared.hs", S * Is / kActBlock);
+  moe_swiglu_quant(ss, ls_);
+  after("moe_swiglu_quant");
+  void* so = act("moe.shared.out", S * D);
+  gemm_q(ss.codes, ss.scales, S, w.shared_w2, so);
+  if (fork) {
+    join_.record(side_.get());
+    ls_ = stream_.get();
+  }
   // Router: gate logits (bf16 weights, fp32), top-k with the (VL) bias, routing weights.
   float* logits = buf<float>("moe.logits", S * E);
   gemv_bf16(as_f32("xn.f32", act("xn", S * D), S * D), S, w.gate, logits);  // fp32 router
@@ -1556,6 +1594,12 @@ void CudaModel::moe(int64_t i, int64_t S) {
   rp.route_scale = static_cast<float>(cfg_.routed_scaling_factor);
   moe_route(rp, stream_.get());
   after("moe_route");
+  MoeExpertTilesParams tp;
+  tp.experts = E;
+  tp.pairs = pairs;
+  tp.tile_tokens = moe_expert_tile_tokens(E, pairs);
+  const int64_t tiles = moe_expert_tile_bound(E, pairs, tp.tile_tokens);
+  tp.tiles = buf<MoeExpertTile>("moe.tiles", tiles);
   MoePermuteParams pp;
   pp.ids = rp.ids;
   pp.rows = S;
@@ -1566,17 +1610,16 @@ void CudaModel::moe(int64_t i, int64_t S) {
   pp.pair_pos = buf<int32_t>("moe.pair_pos", pairs);
   pp.workspace_bytes = moe_permute_workspace_bytes(S, K, E);
   pp.workspace = buf("moe.permute.ws", pp.workspace_bytes);
-  moe_permute(pp, stream_.get());
+  pp.tiles = tp.tiles;  // the counting permutation writes them too (decode steps)
+  pp.tile_tokens = tp.tile_tokens;
+  pp.tile_bound = tiles;
+  const bool tiles_done = moe_permute(pp, stream_.get());
   after("moe_permute");
-  MoeExpertTilesParams tp;
   tp.offsets = pp.offsets;
-  tp.experts = E;
-  tp.pairs = pairs;
-  tp.tile_tokens = moe_expert_tile_tokens(E, pairs);
-  const int64_t tiles = moe_expert_tile_bound(E, pairs, tp.tile_tokens);
-  tp.tiles = buf<MoeExpertTile>("moe.tiles", tiles);
-  moe_expert_tiles(tp, stream_.get());
-  after("moe_expert_tiles");
+  if (!tiles_done) {
+    moe_expert_tiles(tp, stream_.get());
+    after("moe_expert_tiles");
+  }
   // Routed experts: w1 | w3 over the gathered token rows, SwiGLU * routing weight -> act_quant,
   // w2 over the pairs. The tensor-core GEMM reads its activations in the interleaved K order.
   auto expert_gemm = [&](const uint8_t* aq, const uint8_t* as, const int32_t* pair_index,
@@ -1648,23 +1691,8 @@ void CudaModel::moe(int64_t i, int64_t S) {
   after("moe_swiglu_quant");
   void* eo = act("moe.eo", pairs * D);
   expert_gemm(sq.codes, sq.scales, nullptr, w.experts_w2, 1, D, inter, eo);
-  // Shared expert: w1 | w3 in one FP8 GEMM, SwiGLU (weight 1) -> act_quant, w2.
-  const int64_t Is = w.shared_w2.k;
-  void* sgu = act("moe.shared.gu", S * 2 * Is);
-  gemm_q(xq, xs, S, w.shared_w13, sgu);
-  MoeSwigluQuantParams ss;
-  ss.gu = sgu;
-  ss.pairs = S;
-  ss.inter = Is;
-  ss.limit = static_cast<float>(cfg_.swiglu_limit);
-  ss.precision = act_;
-  ss.codes = buf<uint8_t>("moe.shared.hq", S * Is);
-  ss.scales = buf<uint8_t>("moe.shared.hs", S * Is / kActBlock);
-  moe_swiglu_quant(ss, stream_.get());
-  after("moe_swiglu_quant");
-  void* so = act("moe.shared.out", S * D);
-  gemm_q(ss.codes, ss.scales, S, w.shared_w2, so);
   // y = routed outputs summed per token in ascending expert id, then + the shared expert.
+  if (fork) DI_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), join_.get(), 0));
   MoeCombineParams cp;
   cp.expert_out = eo;
   cp.shared = so;

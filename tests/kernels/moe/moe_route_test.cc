@@ -19,6 +19,7 @@
 #include "common/bf16.h"
 #include "common/error.h"
 #include "kernels/cpu/moe_gate.h"
+#include "kernels/cuda/moe/moe_expert.cuh"
 
 namespace di {
 namespace {
@@ -150,7 +151,23 @@ TEST(MoeRouteGpu, PermutationIsStableAndInverse) {
       p.pair_pos = d_pos.as<int32_t>();
       p.workspace = d_ws.data();
       p.workspace_bytes = ws;
-      moe_permute(p, st, algo);
+      p.tile_tokens = moe_expert_tile_tokens(kE, n);
+      p.tile_bound = moe_expert_tile_bound(kE, n, p.tile_tokens);
+      DeviceBuffer d_tiles(static_cast<size_t>(p.tile_bound) * sizeof(MoeExpertTile), "tiles");
+      d_tiles.fill_async(0xFF, st);
+      p.tiles = d_tiles.as<MoeExpertTile>();
+      const bool tiles_written = moe_permute(p, st, algo);
+      EXPECT_EQ(tiles_written, algo == MoePermuteAlgo::kCount || (algo == MoePermuteAlgo::kAuto &&
+                                                                  n <= kMoePermuteCountMaxPairs));
+      if (!tiles_written) {
+        MoeExpertTilesParams tp;
+        tp.offsets = p.offsets;
+        tp.experts = kE;
+        tp.pairs = n;
+        tp.tile_tokens = p.tile_tokens;
+        tp.tiles = p.tiles;
+        moe_expert_tiles(tp, st);
+      }
       const auto off = download<int32_t>(d_off, kE + 1, st);
       const auto idx = download<int32_t>(d_idx, static_cast<size_t>(n), st);
       const auto pos = download<int32_t>(d_pos, static_cast<size_t>(n), st);
@@ -167,6 +184,26 @@ TEST(MoeRouteGpu, PermutationIsStableAndInverse) {
       EXPECT_EQ(idx, want) << "rows " << rows;
       for (int64_t i = 0; i < n; ++i)
         ASSERT_EQ(pos[static_cast<size_t>(idx[static_cast<size_t>(i)])], i) << "rows " << rows;
+      // Tiles (from the permutation itself or from moe_expert_tiles): ceil(count / t) per expert in
+      // expert order, then unused entries.
+      std::vector<MoeExpertTile> want_tiles;
+      const int32_t t = p.tile_tokens;
+      for (int32_t e = 0; e < kE; ++e) {
+        const int32_t first = want_off[static_cast<size_t>(e)];
+        const int32_t count = want_off[static_cast<size_t>(e) + 1] - first;
+        for (int32_t j = 0; j * t < count; ++j)
+          want_tiles.push_back({e, first + j * t, std::min(t, count - j * t), 0});
+      }
+      want_tiles.resize(static_cast<size_t>(p.tile_bound));
+      std::vector<MoeExpertTile> got_tiles(want_tiles.size());
+      d_tiles.copy_to_host_async(got_tiles.data(), got_tiles.size() * sizeof(MoeExpertTile), st);
+      stream.synchronize();
+      for (size_t k = 0; k < want_tiles.size(); ++k) {
+        ASSERT_EQ(got_tiles[k].expert, want_tiles[k].expert) << "rows " << rows << " tile " << k;
+        if (want_tiles[k].expert < 0) continue;
+        ASSERT_EQ(got_tiles[k].first_pair, want_tiles[k].first_pair) << "tile " << k;
+        ASSERT_EQ(got_tiles[k].count, want_tiles[k].count) << "tile " << k;
+      }
     }
   }
 }

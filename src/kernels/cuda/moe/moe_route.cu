@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
+#include "kernels/cuda/moe/moe_expert.cuh"
 #include "kernels/cuda/moe/moe_route.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -137,7 +138,8 @@ static_assert(kCountThreads >= kMaxExperts, "one expert per thread in the scan")
 
 __global__ void __launch_bounds__(kCountThreads)
     permute_count_kernel(const int32_t* ids, int32_t n, int32_t experts, int32_t* offsets,
-                         int32_t* pair_index, int32_t* pair_pos) {
+                         int32_t* pair_index, int32_t* pair_pos, MoeExpertTile* tiles,
+                         int32_t tile_tokens, int32_t tile_bound) {
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
   using Scan = cub::BlockScan<int32_t, kCountThreads>;
@@ -160,6 +162,25 @@ __global__ void __launch_bounds__(kCountThreads)
   }
   if (tid == 0) offsets[experts] = n;
   __syncthreads();
+  if (tiles != nullptr) {
+    // moe_expert_tiles' list from the same counts: ceil(count / tile_tokens) tiles per expert in
+    // expert order, then expert = -1 up to tile_bound.
+    __shared__ int32_t total;
+    const int32_t nt = (count + tile_tokens - 1) / tile_tokens;
+    int32_t base = 0;
+    Scan(scan_tmp).ExclusiveSum(nt, base);
+    for (int32_t j = 0; j < nt && base + j < tile_bound; ++j) {
+      MoeExpertTile t;
+      t.expert = tid;
+      t.first_pair = start + j * tile_tokens;
+      t.count = min(tile_tokens, count - j * tile_tokens);
+      tiles[base + j] = t;
+    }
+    if (tid == kCountThreads - 1) total = base + nt;
+    __syncthreads();
+    for (int32_t i = total + tid; i < tile_bound; i += kCountThreads)
+      tiles[i] = MoeExpertTile{};
+  }
   if (tid >= 32) return;
   const unsigned lower = (1u << tid) - 1u;
   for (int32_t base = 0; base < n; base += 32) {
@@ -291,7 +312,7 @@ size_t moe_permute_workspace_bytes(int64_t rows, int32_t topk, int32_t experts) 
   return permute_bytes(n, cub_temp_bytes(n, experts));
 }
 
-void moe_permute(const MoePermuteParams& p, cudaStream_t stream, MoePermuteAlgo algo) {
+bool moe_permute(const MoePermuteParams& p, cudaStream_t stream, MoePermuteAlgo algo) {
   DI_CHECK(p.rows >= 0 && p.topk >= 1 && p.topk <= kMaxTopk && p.experts > 0 &&
                p.experts <= kMaxExperts && p.rows * p.topk <= INT32_MAX,
            "moe_permute: bad shape rows {} topk {} experts {}", p.rows, p.topk, p.experts);
@@ -303,10 +324,16 @@ void moe_permute(const MoePermuteParams& p, cudaStream_t stream, MoePermuteAlgo 
   if (algo == MoePermuteAlgo::kCount) {
     DI_CHECK(n == 0 || (p.ids != nullptr && p.pair_index != nullptr && p.pair_pos != nullptr),
              "moe_permute: null ids/pair_index/pair_pos");
+    if (p.tiles != nullptr) {
+      DI_CHECK((p.tile_tokens == kMoeTileTokens || p.tile_tokens == kMoeTileTokensPrefill) &&
+                   p.tile_bound == moe_expert_tile_bound(p.experts, n, p.tile_tokens),
+               "moe_permute: tiles of {} pairs, list of {} (moe_expert_tile_bound)", p.tile_tokens,
+               p.tile_bound);
+    }
     cuda_detail::launch_pdl(permute_count_kernel, 1, kCountThreads, 0, stream, p.ids,
-                            static_cast<int32_t>(n), p.experts, p.offsets, p.pair_index,
-                            p.pair_pos);
-    return;
+                            static_cast<int32_t>(n), p.experts, p.offsets, p.pair_index, p.pair_pos,
+                            p.tiles, p.tile_tokens, static_cast<int32_t>(p.tile_bound));
+    return p.tiles != nullptr;
   }
   size_t temp_bytes = 0;
   if (n > 0) {
@@ -334,6 +361,7 @@ void moe_permute(const MoePermuteParams& p, cudaStream_t stream, MoePermuteAlgo 
   cuda_detail::launch_pdl(offsets_kernel, static_cast<unsigned>((n + 1 + 255) / 256), 256, 0,
                           stream, keys_out, p.pair_index, n, p.experts, p.offsets, p.pair_pos);
   DI_CUDA_CHECK(cudaGetLastError());
+  return false;
 }
 
 void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {

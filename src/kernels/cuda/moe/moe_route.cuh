@@ -24,7 +24,9 @@ size_t moe_permute_workspace_bytes(int64_t rows, int32_t topk, int32_t experts);
 // kMoePermuteCountMaxPairs pairs.
 enum class MoePermuteAlgo : uint8_t { kAuto, kRadixSort, kCount };
 inline constexpr int64_t kMoePermuteCountMaxPairs = 2048;
-void moe_permute(const MoePermuteParams& params, cudaStream_t stream,
+// Returns true when it also wrote params.tiles (counting algorithm and tiles != nullptr); false:
+// the caller runs moe_expert_tiles.
+bool moe_permute(const MoePermuteParams& params, cudaStream_t stream,
                  MoePermuteAlgo algo = MoePermuteAlgo::kAuto);
 
 // y = expert outputs summed per row in ascending expert id, plus the shared expert.
