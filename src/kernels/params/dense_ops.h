@@ -101,7 +101,8 @@ struct EmbeddingParams {
 // (the fixture models' small projections) a scalar one with lane-strided single elements of k in
 // place of the 8-element chunks; the choice depends on dim only.
 struct LmHeadParams {
-  const float* x = nullptr;          // [rows, dim] fp32
+  const void* x = nullptr;  // [rows, dim] fp32, or bf16 bits (x_precision; widened exactly)
+  ActPrecision x_precision = ActPrecision::kF32;
   const uint16_t* weight = nullptr;  // [vocab, dim] bf16
   float* logits = nullptr;           // [rows, vocab] fp32, row stride logits_stride
   int64_t rows = 0;

@@ -265,9 +265,9 @@ class CudaModel final : public ForwardModel {
   void forward_step(Step& step, std::span<const SequenceChunk> chunks, ForwardResult& res);
   void block_forward(int64_t i, const Step& step, Shared& shared);
   void attention(int64_t i, const Step& step, Shared& shared);
-  // xn32: the attention input in fp32 (for the bf16-weight GEMMs), converted once per layer.
-  void indexer(int64_t i, const Step& step, Shared& shared, const float* xn32);
-  void compress(int64_t i, const Step& step, const float* xn32);
+  // xn: the attention input in the activation precision (for the bf16-weight GEMMs).
+  void indexer(int64_t i, const Step& step, Shared& shared, const void* xn);
+  void compress(int64_t i, const Step& step, const void* xn);
   void moe(int64_t i, int64_t rows);
   void engram(int64_t i, const std::vector<int64_t>& hashes, int64_t rows);
 
@@ -276,18 +276,19 @@ class CudaModel final : public ForwardModel {
   void gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const DevFp8& w, void* out);
   void gemm_x(const void* x, int64_t m, const DevFp8& w, void* out);
   // y[m, n] = x . W^T with bf16 weights, fp32 activations and outputs.
-  void gemv_bf16(const float* x, int64_t m, const DevBf16& w, float* out);
+  // x in the activation precision (the kernel widens bf16 exactly; the exact-order path of the
+  // fp32 precision reads fp32).
+  void gemv_bf16(const void* x, int64_t m, const DevBf16& w, float* out);
   void norm_quant(const void* x, int64_t rows, int64_t dim, const float* weight, void* y,
                   uint8_t* codes, uint8_t* scales);
   void rope(void* x, int64_t rows, int64_t heads, int64_t head_dim, const float* freqs,
             bool inverse);
-  // Activation buffers (act_ precision), and conversions for the fp32-only consumers (the
-  // bf16-weight GEMMs, the LM head) and the bf16-declared fp32 results (bf16 precision only).
+  // Activation buffers (act_ precision), and conversions for the bf16-declared fp32 results
+  // (bf16 precision only).
   void* act(const std::string& name, int64_t count) {
     return buf(name, static_cast<size_t>(count) * act_bytes());
   }
   size_t act_bytes() const { return act_ == ActPrecision::kBF16 ? 2 : 4; }
-  const float* as_f32(const std::string& name, const void* x, int64_t count);
   void round_to_act(const float* src, void* dst, int64_t count);
   // fp32 values rounded to the activation precision and kept in fp32 (bf16 only; no-op in fp32).
   void round_to_act_in_place(float* x, int64_t count);
@@ -737,10 +738,10 @@ void CudaModel::gemm_x(const void* x, int64_t m, const DevFp8& w, void* out) {
   gemm_q(q.codes, q.scales, m, w, out);
 }
 
-void CudaModel::gemv_bf16(const float* x, int64_t m, const DevBf16& w, float* out) {
-  if (exact_) {
+void CudaModel::gemv_bf16(const void* x, int64_t m, const DevBf16& w, float* out) {
+  if (exact_) {  // fp32 activations only
     LinearExactParams p;
-    p.x = x;
+    p.x = static_cast<const float*>(x);
     p.format = ExactWeightFormat::kBf16;
     p.weight = reinterpret_cast<const uint8_t*>(w.w);
     p.m = m;
@@ -753,6 +754,7 @@ void CudaModel::gemv_bf16(const float* x, int64_t m, const DevBf16& w, float* ou
   }
   LmHeadParams p;
   p.x = x;
+  p.x_precision = act_;
   p.weight = w.w;
   p.logits = out;
   p.rows = m;
@@ -842,13 +844,6 @@ void CudaModel::widen_act(const void* src, float* dst, int64_t count) {
   c.n = count;
   convert_values(c, stream_.get());
   after("convert_values");
-}
-
-const float* CudaModel::as_f32(const std::string& name, const void* x, int64_t count) {
-  if (act_ == ActPrecision::kF32) return static_cast<const float*>(x);
-  float* y = buf<float>(name, count);
-  widen_act(x, y, count);
-  return y;
 }
 
 void CudaModel::round_to_act_in_place(float* x, int64_t count) {
@@ -1054,7 +1049,7 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   after("rms_norm");
   const int64_t V = cfg_.vocab_size;
   float* dl = buf<float>("logits", n * V);
-  gemv_bf16(as_f32("final.x.f32", fx, n * D), n, head_, dl);  // fp32 logits (x.float())
+  gemv_bf16(fx, n, head_, dl);  // fp32 logits (x.float(): bf16 widened exactly)
   // The logits come back into pinned memory (a pageable copy runs at a fraction of the link:
   // 12 ms for batch 256 on the H200) unless they are large (long all-logits chunks), which
   // would pin gigabytes for good; the arena is reset at the next step's start.
@@ -1240,15 +1235,12 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
 
   int64_t compress_len = 0;
   if (p.compress_ratio > 0) {
-    const float* xn32 = nullptr;
-    if (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex) {
-      xn32 = as_f32("xn.f32", act("xn", S * cfg_.hidden_size), S * cfg_.hidden_size);
-    }
-    if (p.mode == AttnMode::kFull) compress(i, step, xn32);
+    const void* xn = act("xn", S * cfg_.hidden_size);
+    if (p.mode == AttnMode::kFull) compress(i, step, xn);
     compress_len = step.max_entries(p.compress_ratio);  // the longest sequence's
     if (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex) {
       shared.topk_width = 0;
-      if (compress_len > 0) indexer(i, step, shared, xn32);
+      if (compress_len > 0) indexer(i, step, shared, xn);
     }
   }
 
@@ -1328,7 +1320,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   gemm_x(op.z, S, w.wo_b, act("attn.out", S * cfg_.hidden_size));
 }
 
-void CudaModel::compress(int64_t i, const Step& step, const float* xn) {
+void CudaModel::compress(int64_t i, const Step& step, const void* xn) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
   const int64_t S = step.rows;
   const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
@@ -1408,7 +1400,7 @@ void CudaModel::compress(int64_t i, const Step& step, const float* xn) {
     step.seqs[static_cast<size_t>(b)].st->last_index_publisher = i;
 }
 
-void CudaModel::indexer(int64_t i, const Step& step, Shared& shared, const float* xn) {
+void CudaModel::indexer(int64_t i, const Step& step, Shared& shared, const void* xn) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
   const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
   const int64_t ratio = p.compress_ratio;
@@ -1578,7 +1570,7 @@ void CudaModel::moe(int64_t i, int64_t S) {
   }
   // Router: gate logits (bf16 weights, fp32), top-k with the (VL) bias, routing weights.
   float* logits = buf<float>("moe.logits", S * E);
-  gemv_bf16(as_f32("xn.f32", act("xn", S * D), S * D), S, w.gate, logits);  // fp32 router
+  gemv_bf16(act("xn", S * D), S, w.gate, logits);  // fp32 router (x.float())
   MoeRouteParams rp;
   rp.logits = logits;
   rp.bias = w.gate_bias;

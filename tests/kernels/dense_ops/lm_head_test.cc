@@ -42,10 +42,12 @@ class LmHeadTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { weight_.reset(); }
 
-  std::vector<float> run(const DeviceBuffer& xd, int64_t rows) {
+  std::vector<float> run(const DeviceBuffer& xd, int64_t rows,
+                         ActPrecision xp = ActPrecision::kF32) {
     DeviceBuffer out = poisoned<float>(static_cast<size_t>(rows * kVocab), stream_->get());
     LmHeadParams p;
-    p.x = xd.as<float>();
+    p.x = xd.data();
+    p.x_precision = xp;
     p.weight = weight_->as<uint16_t>();
     p.logits = out.as<float>();
     p.rows = rows;
@@ -103,6 +105,22 @@ TEST_F(LmHeadTest, RowsAreBatchInvariant) {
   }
 }
 
+// bf16 activations (the bf16 precision's router and head input) are widened exactly on load:
+// bitwise the logits of the same values given as fp32, on the plain (1, 7 rows) and the tiled
+// (40 rows) kernels.
+TEST_F(LmHeadTest, Bf16InputIsTheSameAsItsFp32Widening) {
+  const int64_t rows = 40;
+  const std::vector<uint16_t> xb =
+      to_bf16(random_normal(static_cast<size_t>(rows * kDim), 8, 1.0f));
+  const std::vector<float> xf = from_bf16(xb);
+  const DeviceBuffer xbd = upload(xb, stream_->get()), xfd = upload(xf, stream_->get());
+  for (const int64_t m : {int64_t{1}, int64_t{7}, rows}) {
+    const auto a = run(xbd, m, ActPrecision::kBF16);
+    const auto b = run(xfd, m);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << m << " rows";
+  }
+}
+
 // The dim % 256 != 0 kernel (the fixture models' small projections: router gate at 192 x 12,
 // compressor / indexer projections at dims like 64), with an odd dim and a logits row stride:
 // against cpu::linear<float> (same tolerances as above) and a double dot product of the same
@@ -124,7 +142,7 @@ TEST(LmHeadGenericDims, MatchesCpuLinearAndIsBatchInvariant) {
     auto run = [&](int64_t m) {
       DeviceBuffer out = poisoned<float>(static_cast<size_t>(m * stride), st);
       LmHeadParams p;
-      p.x = xd.as<float>();
+      p.x = xd.data();
       p.weight = wd.as<uint16_t>();
       p.logits = out.as<float>();
       p.rows = m;
@@ -172,6 +190,25 @@ TEST(LmHeadGenericDims, MatchesCpuLinearAndIsBatchInvariant) {
           << "rows of an M = " << m << " batch differ from the same rows at M = " << rows
           << ", dim " << sh.dim;
     }
+    // bf16 input: bitwise the fp32 input of the same (widened) values.
+    const std::vector<uint16_t> xb = to_bf16(x);
+    const DeviceBuffer xbd = upload(xb, st), xwd = upload(from_bf16(xb), st);
+    auto run_x = [&](const DeviceBuffer& input, ActPrecision xp) {
+      DeviceBuffer out = poisoned<float>(static_cast<size_t>(rows * stride), st);
+      LmHeadParams p;
+      p.x = input.data();
+      p.x_precision = xp;
+      p.weight = wd.as<uint16_t>();
+      p.logits = out.as<float>();
+      p.rows = rows;
+      p.vocab = sh.vocab;
+      p.dim = sh.dim;
+      p.logits_stride = stride;
+      lm_head(p, st);
+      return download<float>(out, static_cast<size_t>(rows * stride), st);
+    };
+    const auto from_b = run_x(xbd, ActPrecision::kBF16), from_f = run_x(xwd, ActPrecision::kF32);
+    EXPECT_EQ(std::memcmp(from_b.data(), from_f.data(), from_b.size() * 4), 0) << "dim " << sh.dim;
   }
 }
 

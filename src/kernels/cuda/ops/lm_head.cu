@@ -11,6 +11,10 @@
 // plain kernel reads each x row from L2 once per warp: at M = 256 that traffic, not the FMAs,
 // took ~50 ms per head on the H200), and W re-read once per 16 rows instead of 8.
 //
+// x is fp32 or bf16 (LmHeadParams::x_precision: the bf16 precision's router and head read the
+// activations as stored); bf16 values are widened exactly on load, so the arithmetic and the
+// bits are those of the same values given in fp32.
+//
 // dim % 256 != 0 (the small projections of the fixture models: router gate, compressor and
 // indexer weights at dims like 192 or 64) runs a scalar variant of the same contract: lane l
 // accumulates k = l, l + 32, ... ascending (fp32 fma), then the same butterfly; the choice
@@ -69,12 +73,35 @@ __device__ __forceinline__ void load_w8(const uint16_t* const (&wrow)[kN], int64
   }
 }
 
-// One row's 8 activations (two 16-byte loads at xr) into its kN accumulators: e ascending, the
-// order every output of every variant uses.
-__device__ __forceinline__ void fma8(const float* xr, const float (&wf)[kN][8], float (&acc)[kN]) {
+// A row's 8 activations at xr, widened: two 16-byte loads (fp32) or one (bf16 bits, exact).
+__device__ __forceinline__ void load_x8(const float* xr, float (&xv)[8]) {
   const float4 a = *reinterpret_cast<const float4*>(xr);
   const float4 b = *reinterpret_cast<const float4*>(xr + 4);
-  const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
+  xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+}
+__device__ __forceinline__ void load_x8(const uint16_t* xr, float (&xv)[8]) {
+  const uint4 v = *reinterpret_cast<const uint4*>(xr);
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    xv[2 * e] = __uint_as_float(words[e] << 16);
+    xv[2 * e + 1] = __uint_as_float(words[e] & 0xFFFF0000u);
+  }
+}
+__device__ __forceinline__ float widen(float v) {
+  return v;
+}
+__device__ __forceinline__ float widen(uint16_t v) {
+  return __uint_as_float(static_cast<uint32_t>(v) << 16);
+}
+
+// One row's 8 activations (at xr) into its kN accumulators: e ascending, the order every output
+// of every variant uses.
+template <typename XT>
+__device__ __forceinline__ void fma8(const XT* xr, const float (&wf)[kN][8], float (&acc)[kN]) {
+  float xv[8];
+  load_x8(xr, xv);
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
 #pragma unroll
@@ -83,9 +110,9 @@ __device__ __forceinline__ void fma8(const float* xr, const float (&wf)[kN][8], 
   }
 }
 
-template <int kM>
+template <int kM, typename XT>
 __global__ void __launch_bounds__(kThreads, 2)
-    lm_head_kernel(const float* __restrict__ x, const uint16_t* __restrict__ w,
+    lm_head_kernel(const XT* __restrict__ x, const uint16_t* __restrict__ w,
                    float* __restrict__ out, int64_t rows, int64_t vocab, int64_t dim,
                    int64_t out_stride) {
   cuda_detail::pdl_wait();
@@ -126,8 +153,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 // beyond the elements'), rows in tiles of 8 (the tile changes no output's arithmetic).
 constexpr int kGenericM = 8;
 
+template <typename XT>
 __global__ void __launch_bounds__(kThreads)
-    lm_head_generic_kernel(const float* __restrict__ x, const uint16_t* __restrict__ w,
+    lm_head_generic_kernel(const XT* __restrict__ x, const uint16_t* __restrict__ w,
                            float* __restrict__ out, int64_t rows, int64_t vocab, int64_t dim,
                            int64_t out_stride) {
   cuda_detail::pdl_wait();
@@ -156,7 +184,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int m = 0; m < kGenericM; ++m) {
         if (m0 + m >= rows) break;
-        const float xv = __ldg(x + (m0 + m) * dim + k);
+        const float xv = widen(__ldg(x + (m0 + m) * dim + k));
 #pragma unroll
         for (int n = 0; n < kN; ++n)
           acc[m][n] = fmaf(xv, wf[n], acc[m][n]);
@@ -173,8 +201,9 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kTileM = 16;
 constexpr int kStageK = 512;  // two 256-element chunk rounds per stage: 32 KB of x
 
+template <typename XT>
 __global__ void __launch_bounds__(kThreads)
-    lm_head_tiled_kernel(const float* __restrict__ x, const uint16_t* __restrict__ w,
+    lm_head_tiled_kernel(const XT* __restrict__ x, const uint16_t* __restrict__ w,
                          float* __restrict__ out, int64_t rows, int64_t vocab, int64_t dim,
                          int64_t out_stride) {
   cuda_detail::pdl_wait();
@@ -202,7 +231,16 @@ __global__ void __launch_bounds__(kThreads)
         const int m = i / (kStageK / 4);
         const int c = (i % (kStageK / 4)) * 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (m0 + m < rows) v = __ldg(reinterpret_cast<const float4*>(x + (m0 + m) * dim + k0 + c));
+        if (m0 + m < rows) {
+          const XT* src = x + (m0 + m) * dim + k0 + c;
+          if constexpr (sizeof(XT) == 4) {
+            v = __ldg(reinterpret_cast<const float4*>(src));
+          } else {
+            const uint2 b = __ldg(reinterpret_cast<const uint2*>(src));
+            v = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xFFFF0000u),
+                            __uint_as_float(b.y << 16), __uint_as_float(b.y & 0xFFFF0000u));
+          }
+        }
         *reinterpret_cast<float4*>(&xs[m][c]) = v;
       }
       __syncthreads();
@@ -239,10 +277,39 @@ unsigned warp_grid(int64_t vocab) {
   return static_cast<unsigned>((warps + kWarps - 1) / kWarps);
 }
 
-template <int kM>
-void launch(const LmHeadParams& p, int64_t stride, cudaStream_t stream) {
-  cuda_detail::launch_pdl(lm_head_kernel<kM>, warp_grid(p.vocab), kThreads, 0, stream, p.x,
+template <int kM, typename XT>
+void launch(const LmHeadParams& p, const XT* x, int64_t stride, cudaStream_t stream) {
+  cuda_detail::launch_pdl(lm_head_kernel<kM, XT>, warp_grid(p.vocab), kThreads, 0, stream, x,
                           p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
+}
+
+// The kernel for this shape, x of element type XT (fp32, or bf16 bits widened on load).
+template <typename XT>
+void dispatch(const LmHeadParams& p, int64_t stride, cudaStream_t stream) {
+  const auto* x = static_cast<const XT*>(p.x);
+  if (p.dim % 256 != 0) {
+    cuda_detail::launch_pdl(lm_head_generic_kernel<XT>, warp_grid(p.vocab), kThreads, 0, stream, x,
+                            p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
+    return;
+  }
+  DI_CHECK(
+      reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.weight) % 16 == 0,
+      "lm_head: x and weight must be 16-byte aligned");
+  // The row tile only sets how often W is re-read: every output's arithmetic is the same.
+  // H200: kM = 8 re-reads W half as often as 4 (M = 8: 1.12 ms vs 1.42 ms with two kM = 4
+  // tiles); below 8 rows the smaller tiles waste no lanes.
+  if (p.rows >= kTileM && p.dim % kStageK == 0) {
+    cuda_detail::launch_pdl(lm_head_tiled_kernel<XT>, warp_grid(p.vocab), kThreads, 0, stream, x,
+                            p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
+  } else if (p.rows >= 8) {
+    launch<8>(p, x, stride, stream);
+  } else if (p.rows >= 4) {
+    launch<4>(p, x, stride, stream);
+  } else if (p.rows >= 2) {
+    launch<2>(p, x, stride, stream);
+  } else {
+    launch<1>(p, x, stride, stream);
+  }
 }
 
 }  // namespace
@@ -253,32 +320,15 @@ void lm_head(const LmHeadParams& p, cudaStream_t stream) {
            "lm_head: bad shape [rows {}, dim {}] x [vocab {}, dim]: dim and vocab must be positive",
            p.rows, p.dim, p.vocab);
   DI_CHECK(stride >= p.vocab, "lm_head: logits row stride {} < vocab {}", stride, p.vocab);
+  DI_CHECK(p.x_precision == ActPrecision::kF32 || p.x_precision == ActPrecision::kBF16,
+           "lm_head: x precision {} (fp32 or bf16)", static_cast<int>(p.x_precision));
   if (p.rows == 0) return;
   DI_CHECK(p.x != nullptr && p.weight != nullptr && p.logits != nullptr,
            "lm_head: null x/weight/logits ({} rows)", p.rows);
-  if (p.dim % 256 != 0) {
-    cuda_detail::launch_pdl(lm_head_generic_kernel, warp_grid(p.vocab), kThreads, 0, stream, p.x,
-                            p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
-    DI_CUDA_CHECK(cudaGetLastError());
-    return;
-  }
-  DI_CHECK(
-      reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.weight) % 16 == 0,
-      "lm_head: x and weight must be 16-byte aligned");
-  // The row tile only sets how often W is re-read: every output's arithmetic is the same.
-  // H200: kM = 8 re-reads W half as often as 4 (M = 8: 1.12 ms vs 1.42 ms with two kM = 4
-  // tiles); below 8 rows the smaller tiles waste no lanes.
-  if (p.rows >= kTileM && p.dim % kStageK == 0) {
-    cuda_detail::launch_pdl(lm_head_tiled_kernel, warp_grid(p.vocab), kThreads, 0, stream, p.x,
-                            p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
-  } else if (p.rows >= 8) {
-    launch<8>(p, stride, stream);
-  } else if (p.rows >= 4) {
-    launch<4>(p, stride, stream);
-  } else if (p.rows >= 2) {
-    launch<2>(p, stride, stream);
+  if (p.x_precision == ActPrecision::kBF16) {
+    dispatch<uint16_t>(p, stride, stream);
   } else {
-    launch<1>(p, stride, stream);
+    dispatch<float>(p, stride, stream);
   }
   DI_CUDA_CHECK(cudaGetLastError());
 }
