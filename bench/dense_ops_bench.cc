@@ -226,6 +226,16 @@ int main() {
       report("lm_head", "[M,5120]x[129280,5120]", m, t,
              static_cast<double>(vocab * dim * 2 + m * dim * 4 + m * vocab * 4),
              2.0 * static_cast<double>(m) * vocab * dim);
+      // The tensor-core head (not yet dispatched by lm_head), fp32 and bf16 activations.
+      const double tc = time_ms(s, m <= 16 ? 10 : 3, [&] { di::lm_head_tensor_core(p, s); });
+      report("lm_head_tc fp32 x", "[M,5120]x[129280,5120]", m, tc,
+             static_cast<double>(vocab * dim * 2 + m * dim * 4 + m * vocab * 4),
+             2.0 * static_cast<double>(m) * vocab * dim);
+      p.x_precision = di::ActPrecision::kBF16;  // x's bytes read as bf16: any values do
+      const double tb = time_ms(s, m <= 16 ? 10 : 3, [&] { di::lm_head_tensor_core(p, s); });
+      report("lm_head_tc bf16 x", "[M,5120]x[129280,5120]", m, tb,
+             static_cast<double>(vocab * dim * 2 + m * dim * 2 + m * vocab * 4),
+             2.0 * static_cast<double>(m) * vocab * dim);
     }
   }
 

@@ -121,6 +121,73 @@ TEST_F(LmHeadTest, Bf16InputIsTheSameAsItsFp32Widening) {
   }
 }
 
+// The tensor-core head (lm_head_tensor_core; not yet dispatched by lm_head): against
+// cpu::linear<float> with the CUDA-core kernel's tolerances (every product exact, fp32
+// accumulation in another order), rows bitwise batch-invariant (M = 1, 7, 64 against M = 1000,
+// across the 64-row tiles), bf16 input bitwise the fp32 input of the same values, and a logits
+// row stride with its gaps left unwritten.
+TEST_F(LmHeadTest, TensorCoreMatchesCpuAndIsBatchInvariant) {
+  auto run_tc = [&](const DeviceBuffer& xd, int64_t rows, ActPrecision xp, int64_t stride) {
+    DeviceBuffer out = poisoned<float>(static_cast<size_t>(rows * stride), stream_->get());
+    LmHeadParams p;
+    p.x = xd.data();
+    p.x_precision = xp;
+    p.weight = weight_->as<uint16_t>();
+    p.logits = out.as<float>();
+    p.rows = rows;
+    p.vocab = kVocab;
+    p.dim = kDim;
+    p.logits_stride = stride;
+    lm_head_tensor_core(p, stream_->get());
+    return download<float>(out, static_cast<size_t>(rows * stride), stream_->get());
+  };
+  const auto& table = big_table();
+  const cpu::WeightRef w =
+      cpu::dense_weight(ConstTensorView{reinterpret_cast<const std::byte*>(table.data()),
+                                        DType::kBF16, Shape{kVocab, kDim}},
+                        "head.weight");
+  const int64_t rows = 70, stride = kVocab + 5;
+  const auto x = random_normal(static_cast<size_t>(rows * kDim), 9, 1.0f);
+  const DeviceBuffer xd = upload(x, stream_->get());
+  const auto got = run_tc(xd, rows, ActPrecision::kF32, stride);
+  std::vector<float> ref(static_cast<size_t>(rows * kVocab));
+  cpu::linear<float>(x.data(), rows, w, ref.data());
+  double max_abs = 0, err2 = 0, ref2 = 0, max_err = 0;
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t n = 0; n < kVocab; ++n) {
+      const float g = got[static_cast<size_t>(m * stride + n)];
+      ASSERT_FALSE(std::isnan(g)) << "unwritten logit " << m << ", " << n;
+      const double r = ref[static_cast<size_t>(m * kVocab + n)];
+      max_abs = std::max(max_abs, std::fabs(r));
+      max_err = std::max(max_err, std::fabs(g - r));
+      err2 += (g - r) * (g - r);
+      ref2 += r * r;
+    }
+    for (int64_t n = kVocab; n < stride; ++n)
+      ASSERT_TRUE(std::isnan(got[static_cast<size_t>(m * stride + n)])) << "stride gap, row " << m;
+  }
+  EXPECT_LE(max_err, 2e-5 * max_abs);
+  EXPECT_LE(std::sqrt(err2 / ref2), 2e-6);
+
+  const int64_t big = 1000;
+  const auto xb = random_normal(static_cast<size_t>(big * kDim), 10, 1.0f);
+  const DeviceBuffer xbd = upload(xb, stream_->get());
+  const auto full = run_tc(xbd, big, ActPrecision::kF32, kVocab);
+  for (const int64_t m : {int64_t{64}, int64_t{7}, int64_t{1}}) {
+    const auto part = run_tc(xbd, m, ActPrecision::kF32, kVocab);
+    EXPECT_EQ(std::memcmp(part.data(), full.data(), part.size() * 4), 0)
+        << "rows of an M = " << m << " batch differ from the same rows at M = 1000";
+  }
+  const std::vector<uint16_t> h =
+      to_bf16(random_normal(static_cast<size_t>(rows * kDim), 11, 1.0f));
+  const DeviceBuffer hb = upload(h, stream_->get()), hf = upload(from_bf16(h), stream_->get());
+  for (const int64_t m : {int64_t{1}, rows}) {
+    const auto a = run_tc(hb, m, ActPrecision::kBF16, kVocab);
+    const auto b = run_tc(hf, m, ActPrecision::kF32, kVocab);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << m << " bf16 rows";
+  }
+}
+
 // The dim % 256 != 0 kernel (the fixture models' small projections: router gate at 192 x 12,
 // compressor / indexer projections at dims like 64), with an odd dim and a logits row stride:
 // against cpu::linear<float> (same tolerances as above) and a double dot product of the same

@@ -11,4 +11,9 @@ namespace di {
 
 void lm_head(const LmHeadParams& params, cudaStream_t stream);
 
+// The tensor-core head (lm_head_tc.cu): x split into exact bf16 pieces, fixed MMA order, rows
+// bitwise batch-invariant; dim % 64 == 0. Not yet run on a GPU and not dispatched by lm_head:
+// its parity test decides (see the file's header).
+void lm_head_tensor_core(const LmHeadParams& params, cudaStream_t stream);
+
 }  // namespace di
