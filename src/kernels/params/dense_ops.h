@@ -59,6 +59,10 @@ struct RmsNormQuantParams {
   uint8_t* codes = nullptr;   // [rows, dim] e4m3fn codes
   uint8_t* scales = nullptr;  // [rows, dim / block] ue8m0 bytes
   int block = 32;
+  // Optional (nullable, block 32 only): the same codes once more with each 32-block's even
+  // columns first, then its odd ones — the FP4 expert GEMM's activation order
+  // (moe_interleave_act's layout), so that the MoE needs no separate interleave launch.
+  uint8_t* codes_interleaved = nullptr;
 };
 
 // Rotary embedding of the last rope_dim elements of every head vector, in place: pairs

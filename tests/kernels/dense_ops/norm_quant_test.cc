@@ -197,10 +197,23 @@ TEST_P(NormQuantTest, FusedNormQuantMatchesReference) {
     qp.codes = codes.as<uint8_t>();
     qp.scales = scales.as<uint8_t>();
     qp.block = block;
+    // Block 32: also the interleaved copy (each 32-block's even columns, then its odd ones).
+    DeviceBuffer inter = poisoned<uint8_t>(n, stream.get());
+    if (block == 32) qp.codes_interleaved = inter.as<uint8_t>();
     rms_norm_act_quant(qp, stream.get());
     const auto a = download<uint8_t>(y_alone, n * esize, stream.get());
     const auto f = download<uint8_t>(y_fused, n * esize, stream.get());
     ASSERT_EQ(a, f) << "the fused kernel's normed row differs from rms_norm's";
+    if (block == 32) {
+      const auto plain = download<uint8_t>(codes, n, stream.get());
+      const auto got = download<uint8_t>(inter, n, stream.get());
+      for (size_t b = 0; b < n; b += 32) {
+        for (size_t j = 0; j < 32; ++j) {
+          ASSERT_EQ(got[b + (j % 2 == 0 ? j / 2 : 16 + j / 2)], plain[b + j])
+              << "interleaved code of column " << b + j;
+        }
+      }
+    }
     std::vector<float> y(n);
     for (size_t i = 0; i < n; ++i) {
       if (bf) {

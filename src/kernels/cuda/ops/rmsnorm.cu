@@ -54,6 +54,11 @@ void rms_norm_act_quant(const RmsNormQuantParams& p, cudaStream_t stream) {
   a.codes = p.codes;
   a.scales = p.scales;
   a.block = p.block;
+  DI_CHECK(p.codes_interleaved == nullptr ||
+               (p.block == 32 && ops_detail::aligned_to(p.codes_interleaved, 4)),
+           "rms_norm_act_quant: interleaved codes need block 32 (got {}) and 4-byte alignment",
+           p.block);
+  a.codes_interleaved = p.codes_interleaved;
   ops_detail::launch_row_kernel<true, true>(a, p.norm.rows, p.norm.precision, stream);
 }
 

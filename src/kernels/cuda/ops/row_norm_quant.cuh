@@ -24,6 +24,7 @@ struct RowKernelArgs {
   void* y;
   uint8_t* codes;
   uint8_t* scales;
+  uint8_t* codes_interleaved;  // nullable (block 32): RmsNormQuantParams::codes_interleaved
   int64_t dim;
   int64_t x_stride;
   int64_t y_stride;
@@ -109,8 +110,19 @@ __global__ void __launch_bounds__(kThreads) row_norm_quant_kernel(RowKernelArgs 
       if (c < chunks) {
         const float4 q = make_float4(__fmul_rn(v[j].x, inv), __fmul_rn(v[j].y, inv),
                                      __fmul_rn(v[j].z, inv), __fmul_rn(v[j].w, inv));
-        *reinterpret_cast<uint32_t*>(codes + 4 * c) = e4m3x4(q);
+        const uint32_t four = e4m3x4(q);
+        *reinterpret_cast<uint32_t*>(codes + 4 * c) = four;
         if ((lane & (group - 1)) == 0) scales[(4 * c) / a.block] = static_cast<uint8_t>(byte);
+        if (a.codes_interleaved != nullptr) {
+          // Columns 4m .. 4m + 3 of a 32-block: the even two go to bytes 2m, 2m + 1, the odd two
+          // to bytes 16 + 2m, 16 + 2m + 1.
+          uint8_t* blk = a.codes_interleaved + row * a.dim + (4 * c) / 32 * 32;
+          const int m = (c % 8);
+          *reinterpret_cast<uint16_t*>(blk + 2 * m) =
+              static_cast<uint16_t>(__byte_perm(four, 0, 0x0020));
+          *reinterpret_cast<uint16_t*>(blk + 16 + 2 * m) =
+              static_cast<uint16_t>(__byte_perm(four, 0, 0x0031));
+        }
       }
     }
   }
