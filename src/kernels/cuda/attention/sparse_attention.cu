@@ -30,6 +30,7 @@
 #include "common/check.h"
 #include "kernels/cuda/attention/sparse_attention.cuh"
 #include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
 #include "kernels/cuda/paged_table_check.h"
 #include "kernels/cuda/pdl.cuh"
@@ -77,31 +78,10 @@ __device__ __forceinline__ SwzRow swz_row(int r, int b) {
   return s;
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// c += a * b, m16n8k16, bf16 inputs, fp32 accumulators.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using cuda_detail::ldsm_x4;
+using cuda_detail::ldsm_x4_t;
+using cuda_detail::mma_bf16;
+using cuda_detail::smem_u32;
 
 __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
   return ops_detail::pack_bf16x2(lo, hi);

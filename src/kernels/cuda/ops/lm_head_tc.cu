@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops/lm_head.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -35,6 +36,9 @@ namespace {
 using cuda_detail::cp_async16;
 using cuda_detail::cp_async_commit;
 using cuda_detail::cp_async_wait;
+using cuda_detail::ldsm_x4;
+using cuda_detail::mma_bf16;
+using cuda_detail::smem_u32;
 
 constexpr int kThreads = 256;
 constexpr int kTileV = 128;  // vocabulary rows per CTA
@@ -52,25 +56,6 @@ constexpr int stage_bytes() {
 template <typename XT>
 constexpr int smem_bytes() {
   return kStages * stage_bytes<XT>();
-}
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(row_addr)));
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) {
@@ -179,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           const int r = wv * 32 + mt * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
-          ldmatrix_x4(a[mt], ws + r * kWStride + k16 * 16 + 8 * (lane >> 4));
+          ldsm_x4(smem_u32(ws + r * kWStride + k16 * 16 + 8 * (lane >> 4)), a[mt]);
         }
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
