@@ -733,7 +733,7 @@ void CudaModel::gemm_x(const void* x, int64_t m, const DevFp8& w, void* out) {
   q.dim = w.k;
   q.block = kActBlock;
   q.precision = act_;
-  act_quant(q, stream_.get());
+  act_quant(q, ls_);
   after("act_quant");
   gemm_q(q.codes, q.scales, m, w, out);
 }
@@ -1600,8 +1600,10 @@ void CudaModel::moe(int64_t i, int64_t S) {
   pp.offsets = buf<int32_t>("moe.offsets", E + 1);
   pp.pair_index = buf<int32_t>("moe.pair_index", pairs);
   pp.pair_pos = buf<int32_t>("moe.pair_pos", pairs);
-  pp.workspace_bytes = moe_permute_workspace_bytes(S, K, E);
-  pp.workspace = buf("moe.permute.ws", pp.workspace_bytes);
+  if (pairs > kMoePermuteCountMaxPairs) {  // the radix sort's scratch (a host query of CUB)
+    pp.workspace_bytes = moe_permute_workspace_bytes(S, K, E);
+    pp.workspace = buf("moe.permute.ws", pp.workspace_bytes);
+  }
   pp.tiles = tp.tiles;  // the counting permutation writes them too (decode steps)
   pp.tile_tokens = tp.tile_tokens;
   pp.tile_bound = tiles;

@@ -42,9 +42,13 @@ class LmHeadTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { weight_.reset(); }
 
-  std::vector<float> run(const DeviceBuffer& xd, int64_t rows,
-                         ActPrecision xp = ActPrecision::kF32) {
-    DeviceBuffer out = poisoned<float>(static_cast<size_t>(rows * kVocab), stream_->get());
+  // The head `launcher` (lm_head or lm_head_tensor_core) into poisoned logits of row stride
+  // `stride` (0: vocab).
+  using Launcher = void (*)(const LmHeadParams&, cudaStream_t);
+  std::vector<float> run(const DeviceBuffer& xd, int64_t rows, ActPrecision xp = ActPrecision::kF32,
+                         int64_t stride = 0, Launcher launcher = lm_head) {
+    const int64_t row_stride = stride != 0 ? stride : kVocab;
+    DeviceBuffer out = poisoned<float>(static_cast<size_t>(rows * row_stride), stream_->get());
     LmHeadParams p;
     p.x = xd.data();
     p.x_precision = xp;
@@ -53,8 +57,9 @@ class LmHeadTest : public ::testing::Test {
     p.rows = rows;
     p.vocab = kVocab;
     p.dim = kDim;
-    lm_head(p, stream_->get());
-    return download<float>(out, static_cast<size_t>(rows * kVocab), stream_->get());
+    p.logits_stride = stride;
+    launcher(p, stream_->get());
+    return download<float>(out, static_cast<size_t>(rows * row_stride), stream_->get());
   }
 
   std::optional<Stream> stream_;  // created once a device is known to exist
@@ -128,18 +133,7 @@ TEST_F(LmHeadTest, Bf16InputIsTheSameAsItsFp32Widening) {
 // row stride with its gaps left unwritten.
 TEST_F(LmHeadTest, TensorCoreMatchesCpuAndIsBatchInvariant) {
   auto run_tc = [&](const DeviceBuffer& xd, int64_t rows, ActPrecision xp, int64_t stride) {
-    DeviceBuffer out = poisoned<float>(static_cast<size_t>(rows * stride), stream_->get());
-    LmHeadParams p;
-    p.x = xd.data();
-    p.x_precision = xp;
-    p.weight = weight_->as<uint16_t>();
-    p.logits = out.as<float>();
-    p.rows = rows;
-    p.vocab = kVocab;
-    p.dim = kDim;
-    p.logits_stride = stride;
-    lm_head_tensor_core(p, stream_->get());
-    return download<float>(out, static_cast<size_t>(rows * stride), stream_->get());
+    return run(xd, rows, xp, stride, lm_head_tensor_core);
   };
   const auto& table = big_table();
   const cpu::WeightRef w =
@@ -206,10 +200,12 @@ TEST(LmHeadGenericDims, MatchesCpuLinearAndIsBatchInvariant) {
     const std::vector<uint16_t> wb = to_bf16(wf);
     const auto x = random_normal(static_cast<size_t>(rows * sh.dim), 50 + sh.dim, 1.0f);
     const DeviceBuffer wd = upload(wb, st), xd = upload(x, st);
-    auto run = [&](int64_t m) {
+    auto run = [&](int64_t m, const DeviceBuffer* input = nullptr,
+                   ActPrecision xp = ActPrecision::kF32) {
       DeviceBuffer out = poisoned<float>(static_cast<size_t>(m * stride), st);
       LmHeadParams p;
-      p.x = xd.data();
+      p.x = (input != nullptr ? input : &xd)->data();
+      p.x_precision = xp;
       p.weight = wd.as<uint16_t>();
       p.logits = out.as<float>();
       p.rows = m;
@@ -260,21 +256,7 @@ TEST(LmHeadGenericDims, MatchesCpuLinearAndIsBatchInvariant) {
     // bf16 input: bitwise the fp32 input of the same (widened) values.
     const std::vector<uint16_t> xb = to_bf16(x);
     const DeviceBuffer xbd = upload(xb, st), xwd = upload(from_bf16(xb), st);
-    auto run_x = [&](const DeviceBuffer& input, ActPrecision xp) {
-      DeviceBuffer out = poisoned<float>(static_cast<size_t>(rows * stride), st);
-      LmHeadParams p;
-      p.x = input.data();
-      p.x_precision = xp;
-      p.weight = wd.as<uint16_t>();
-      p.logits = out.as<float>();
-      p.rows = rows;
-      p.vocab = sh.vocab;
-      p.dim = sh.dim;
-      p.logits_stride = stride;
-      lm_head(p, st);
-      return download<float>(out, static_cast<size_t>(rows * stride), st);
-    };
-    const auto from_b = run_x(xbd, ActPrecision::kBF16), from_f = run_x(xwd, ActPrecision::kF32);
+    const auto from_b = run(rows, &xbd, ActPrecision::kBF16), from_f = run(rows, &xwd);
     EXPECT_EQ(std::memcmp(from_b.data(), from_f.data(), from_b.size() * 4), 0) << "dim " << sh.dim;
   }
 }

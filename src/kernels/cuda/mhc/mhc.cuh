@@ -57,7 +57,6 @@ inline constexpr int64_t kMhcPreSmallTileMaxTokens = 256;
 // bitwise the same for all.
 void mhc_pre_with_config(const MhcPreParams& params, int stages, MhcPreGrid grid,
                          cudaStream_t stream, MhcPreTile tile = MhcPreTile::kAuto);
-void mhc_pre_with_stages(const MhcPreParams& params, int stages, cudaStream_t stream);
 
 // Post side (hc_expand). One launch.
 void mhc_post(const MhcPostParams& params, cudaStream_t stream);

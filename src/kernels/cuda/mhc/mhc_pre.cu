@@ -607,10 +607,6 @@ void mhc_pre_with_config(const MhcPreParams& p, int stages, MhcPreGrid grid, cud
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
-void mhc_pre_with_stages(const MhcPreParams& p, int stages, cudaStream_t stream) {
-  mhc_pre_with_config(p, stages, kDefaultGrid, stream, MhcPreTile::kAuto);
-}
-
 void mhc_pre(const MhcPreParams& p, cudaStream_t stream) {
   // Both tiles measured fastest with 2 stages (small: 2 CTAs per SM; docs/PERF.md 2026-12-01).
   mhc_pre_with_config(p, kDefaultStages, kDefaultGrid, stream, MhcPreTile::kAuto);

@@ -34,6 +34,7 @@
 #include "common/check.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
+#include "kernels/cuda/moe/expert_tiles.cuh"
 #include "kernels/cuda/moe/moe_expert.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -404,30 +405,16 @@ __global__ void __launch_bounds__(kTilesThreads)
     moe_expert_tiles_kernel(const MoeExpertTilesParams p, int64_t bound) {
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
-  using Scan = cub::BlockScan<int, kTilesThreads>;
-  __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ int total;
+  __shared__ typename cub::BlockScan<int32_t, kTilesThreads>::TempStorage scan_tmp;
+  __shared__ int32_t total;
   const int e = static_cast<int>(threadIdx.x);
-  int count = 0, first = 0;
+  int32_t count = 0, first = 0;
   if (e < p.experts) {
     first = p.offsets[e];
     count = max(0, p.offsets[e + 1] - first);
   }
-  const int tok = p.tile_tokens;
-  const int n = (count + tok - 1) / tok;
-  int base = 0;
-  Scan(scan_tmp).ExclusiveSum(n, base);
-  for (int j = 0; j < n && base + j < bound; ++j) {
-    MoeExpertTile t;
-    t.expert = e;
-    t.first_pair = first + j * tok;
-    t.count = min(tok, count - j * tok);
-    p.tiles[base + j] = t;
-  }
-  if (e == kTilesThreads - 1) total = base + n;
-  __syncthreads();
-  for (int64_t i = total + e; i < bound; i += kTilesThreads)
-    p.tiles[i] = MoeExpertTile{};
+  moe_detail::write_expert_tiles<kTilesThreads>(scan_tmp, total, e, first, count, p.tile_tokens,
+                                                bound, p.tiles);
 }
 
 template <typename S>

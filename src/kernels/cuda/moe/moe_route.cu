@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
+#include "kernels/cuda/moe/expert_tiles.cuh"
 #include "kernels/cuda/moe/moe_expert.cuh"
 #include "kernels/cuda/moe/moe_route.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
@@ -163,23 +164,10 @@ __global__ void __launch_bounds__(kCountThreads)
   if (tid == 0) offsets[experts] = n;
   __syncthreads();
   if (tiles != nullptr) {
-    // moe_expert_tiles' list from the same counts: ceil(count / tile_tokens) tiles per expert in
-    // expert order, then expert = -1 up to tile_bound.
+    // moe_expert_tiles' list from the same counts.
     __shared__ int32_t total;
-    const int32_t nt = (count + tile_tokens - 1) / tile_tokens;
-    int32_t base = 0;
-    Scan(scan_tmp).ExclusiveSum(nt, base);
-    for (int32_t j = 0; j < nt && base + j < tile_bound; ++j) {
-      MoeExpertTile t;
-      t.expert = tid;
-      t.first_pair = start + j * tile_tokens;
-      t.count = min(tile_tokens, count - j * tile_tokens);
-      tiles[base + j] = t;
-    }
-    if (tid == kCountThreads - 1) total = base + nt;
-    __syncthreads();
-    for (int32_t i = total + tid; i < tile_bound; i += kCountThreads)
-      tiles[i] = MoeExpertTile{};
+    moe_detail::write_expert_tiles<kCountThreads>(scan_tmp, total, tid, start, count, tile_tokens,
+                                                  tile_bound, tiles);
   }
   if (tid >= 32) return;
   const unsigned lower = (1u << tid) - 1u;

@@ -314,17 +314,26 @@ void dispatch(const LmHeadParams& p, int64_t stride, cudaStream_t stream) {
 
 }  // namespace
 
-void lm_head(const LmHeadParams& p, cudaStream_t stream) {
+namespace lm_head_detail {
+
+int64_t checked_stride(const char* op, const LmHeadParams& p) {
   const int64_t stride = p.logits_stride != 0 ? p.logits_stride : p.vocab;
   DI_CHECK(p.rows >= 0 && p.vocab > 0 && p.dim > 0,
-           "lm_head: bad shape [rows {}, dim {}] x [vocab {}, dim]: dim and vocab must be positive",
+           "{}: bad shape [rows {}, dim {}] x [vocab {}, dim]: dim and vocab must be positive", op,
            p.rows, p.dim, p.vocab);
-  DI_CHECK(stride >= p.vocab, "lm_head: logits row stride {} < vocab {}", stride, p.vocab);
+  DI_CHECK(stride >= p.vocab, "{}: logits row stride {} < vocab {}", op, stride, p.vocab);
   DI_CHECK(p.x_precision == ActPrecision::kF32 || p.x_precision == ActPrecision::kBF16,
-           "lm_head: x precision {} (fp32 or bf16)", static_cast<int>(p.x_precision));
+           "{}: x precision {} (fp32 or bf16)", op, static_cast<int>(p.x_precision));
+  DI_CHECK(p.rows == 0 || (p.x != nullptr && p.weight != nullptr && p.logits != nullptr),
+           "{}: null x/weight/logits ({} rows)", op, p.rows);
+  return stride;
+}
+
+}  // namespace lm_head_detail
+
+void lm_head(const LmHeadParams& p, cudaStream_t stream) {
+  const int64_t stride = lm_head_detail::checked_stride("lm_head", p);
   if (p.rows == 0) return;
-  DI_CHECK(p.x != nullptr && p.weight != nullptr && p.logits != nullptr,
-           "lm_head: null x/weight/logits ({} rows)", p.rows);
   if (p.x_precision == ActPrecision::kBF16) {
     dispatch<uint16_t>(p, stride, stream);
   } else {

@@ -16,4 +16,10 @@ void lm_head(const LmHeadParams& params, cudaStream_t stream);
 // its parity test decides (see the file's header).
 void lm_head_tensor_core(const LmHeadParams& params, cudaStream_t stream);
 
+namespace lm_head_detail {
+// The checks both launchers share (shape, logits stride, x precision, pointers when rows > 0),
+// naming `op`; returns the logits row stride.
+int64_t checked_stride(const char* op, const LmHeadParams& params);
+}  // namespace lm_head_detail
+
 }  // namespace di

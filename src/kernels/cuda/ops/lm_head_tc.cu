@@ -214,18 +214,9 @@ void launch(const LmHeadParams& p, int64_t stride, cudaStream_t stream) {
 }  // namespace
 
 void lm_head_tensor_core(const LmHeadParams& p, cudaStream_t stream) {
-  const int64_t stride = p.logits_stride != 0 ? p.logits_stride : p.vocab;
-  DI_CHECK(p.rows >= 0 && p.vocab > 0 && p.dim > 0 && p.dim % kBK == 0,
-           "lm_head_tensor_core: bad shape [rows {}, dim {}] x [vocab {}, dim]: positive, dim a "
-           "multiple of {}",
-           p.rows, p.dim, p.vocab, kBK);
-  DI_CHECK(stride >= p.vocab, "lm_head_tensor_core: logits row stride {} < vocab {}", stride,
-           p.vocab);
-  DI_CHECK(p.x_precision == ActPrecision::kF32 || p.x_precision == ActPrecision::kBF16,
-           "lm_head_tensor_core: x precision {} (fp32 or bf16)", static_cast<int>(p.x_precision));
+  const int64_t stride = lm_head_detail::checked_stride("lm_head_tensor_core", p);
+  DI_CHECK(p.dim % kBK == 0, "lm_head_tensor_core: dim {} is not a multiple of {}", p.dim, kBK);
   if (p.rows == 0) return;
-  DI_CHECK(p.x != nullptr && p.weight != nullptr && p.logits != nullptr,
-           "lm_head_tensor_core: null x/weight/logits ({} rows)", p.rows);
   DI_CHECK(
       reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.weight) % 16 == 0,
       "lm_head_tensor_core: x and weight must be 16-byte aligned");
