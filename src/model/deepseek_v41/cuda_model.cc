@@ -279,8 +279,9 @@ class CudaModel final : public ForwardModel {
   // x in the activation precision (the kernel widens bf16 exactly; the exact-order path of the
   // fp32 precision reads fp32).
   void gemv_bf16(const void* x, int64_t m, const DevBf16& w, float* out);
+  // codes_interleaved (nullable): also the FP4 expert GEMM's activation order.
   void norm_quant(const void* x, int64_t rows, int64_t dim, const float* weight, void* y,
-                  uint8_t* codes, uint8_t* scales);
+                  uint8_t* codes, uint8_t* scales, uint8_t* codes_interleaved = nullptr);
   void rope(void* x, int64_t rows, int64_t heads, int64_t head_dim, const float* freqs,
             bool inverse);
   // Activation buffers (act_ precision), and conversions for the bf16-declared fp32 results
@@ -765,7 +766,7 @@ void CudaModel::gemv_bf16(const void* x, int64_t m, const DevBf16& w, float* out
 }
 
 void CudaModel::norm_quant(const void* x, int64_t rows, int64_t dim, const float* weight, void* y,
-                           uint8_t* codes, uint8_t* scales) {
+                           uint8_t* codes, uint8_t* scales, uint8_t* codes_interleaved) {
   RmsNormQuantParams p;
   p.norm.x = x;
   p.norm.weight = weight;
@@ -777,6 +778,7 @@ void CudaModel::norm_quant(const void* x, int64_t rows, int64_t dim, const float
   p.codes = codes;
   p.scales = scales;
   p.block = kActBlock;
+  p.codes_interleaved = codes_interleaved;
   rms_norm_act_quant(p, stream_.get());
   after("rms_norm_act_quant");
 }
@@ -1179,8 +1181,10 @@ void CudaModel::block_forward(int64_t i, const Step& step, Shared& shared) {
   // FFN site: its input collapses with the attention site's pre-mix (one-sublayer lag).
   mhc_pre_site(h1, w.hc_ffn, attn_pre, pre_mix, "ffn_mix");
   trace_mix("ffn_mix", pre_mix);
+  // The tensor-core expert GEMM reads the codes in the interleaved order: written here too.
   norm_quant(act("x", S * D), S, D, w.ffn_norm, act("xn", S * D), buf<uint8_t>("xq", S * D),
-             buf<uint8_t>("xs", S * D / kActBlock));
+             buf<uint8_t>("xs", S * D / kActBlock),
+             exact_ ? nullptr : buf<uint8_t>("moe.xqi", S * D));
   trace_act(i, "ffn.x", act("xn", S * D), {S, D});
   moe(i, S);
   trace_act(i, "ffn.out", act("ffn.out", S * D), {S, D});
@@ -1657,17 +1661,8 @@ void CudaModel::moe(int64_t i, int64_t S) {
     moe_expert_gemm(g, stream_.get());
     after("moe_expert_gemm");
   };
-  const uint8_t* xa = xq;
-  if (!exact_) {
-    MoeInterleaveParams ip;
-    ip.src = xq;
-    ip.dst = buf<uint8_t>("moe.xqi", S * D);
-    ip.rows = S;
-    ip.k = D;
-    moe_interleave_act(ip, stream_.get());
-    after("moe_interleave_act");
-    xa = ip.dst;
-  }
+  // The tensor-core GEMM's activation order, written by the FFN norm (block_forward).
+  const uint8_t* xa = exact_ ? xq : buf<uint8_t>("moe.xqi", S * D);
   void* gu = act("moe.gu", pairs * 2 * inter);
   expert_gemm(xa, xs, pp.pair_index, w.experts_w13, 2, inter, D, gu);
   MoeSwigluQuantParams sq;
