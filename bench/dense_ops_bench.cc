@@ -222,7 +222,7 @@ int main() {
       p.rows = m;
       p.vocab = vocab;
       p.dim = dim;
-      const double t = time_ms(s, m <= 16 ? 10 : 3, [&] { di::lm_head(p, s); });
+      const double t = time_ms(s, m <= 16 ? 10 : 3, [&] { di::lm_head_cuda_core(p, s); });
       report("lm_head", "[M,5120]x[129280,5120]", m, t,
              static_cast<double>(vocab * dim * 2 + m * dim * 4 + m * vocab * 4),
              2.0 * static_cast<double>(m) * vocab * dim);

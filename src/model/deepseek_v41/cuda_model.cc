@@ -309,11 +309,20 @@ class CudaModel final : public ForwardModel {
   std::optional<EngramHashParams> engram_params_;
   std::unique_ptr<Model<float>> drafter_;  // DSpark stages on the CPU reference (interim)
   Stream stream_;
-  // The side stream of the shared expert (forked from and joined into stream_ inside moe()), and
-  // the stream the launch helpers use (stream_ except between that fork and join).
+  // The side stream (an independent branch of a layer: the attention's KV side, the shared
+  // expert), and the stream the launch helpers use (stream_ except between fork_side() and
+  // end_side()).
   Stream side_;
   Event fork_, join_;
   cudaStream_t ls_ = nullptr;
+  // Side branches run only when no op is timed, synchronised or traced on the main stream.
+  bool side_ok() const { return !cuda_.time_ops && !sync_check_ && tracer_ == nullptr; }
+  // The side stream waits for the main stream's work so far; the launch helpers then use it.
+  void fork_side();
+  // The launch helpers go back to the main stream; join_side() makes the main stream wait for
+  // the side branch (call it where the branch's results are first read).
+  void end_side();
+  void join_side();
   WeightPool pool_;
   std::vector<DevBlock> blocks_;
   const uint16_t* embed_ = nullptr;
@@ -562,6 +571,21 @@ void CudaModel::upload_weights() {
   stream_.synchronize();
 }
 
+void CudaModel::fork_side() {
+  fork_.record(stream_.get());
+  DI_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), fork_.get(), 0));
+  ls_ = side_.get();
+}
+
+void CudaModel::end_side() {
+  join_.record(side_.get());
+  ls_ = stream_.get();
+}
+
+void CudaModel::join_side() {
+  DI_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), join_.get(), 0));
+}
+
 void* CudaModel::buf(const std::string& name, size_t bytes) {
   bytes = std::max<size_t>(bytes, 16);
   auto it = scratch_.find(name);
@@ -584,8 +608,7 @@ T* CudaModel::upload(const std::string& name, std::span<const T> v) {
   // the stream's earlier work); the source stays valid until the step's end.
   const std::span<std::byte> src = uploads_.allocate(bytes.size());
   std::memcpy(src.data(), bytes.data(), bytes.size());
-  DI_CUDA_CHECK(
-      cudaMemcpyAsync(dst, src.data(), bytes.size(), cudaMemcpyHostToDevice, stream_.get()));
+  DI_CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), bytes.size(), cudaMemcpyHostToDevice, ls_));
   return dst;
 }
 
@@ -749,7 +772,7 @@ void CudaModel::gemv_bf16(const void* x, int64_t m, const DevBf16& w, float* out
     p.n = w.n;
     p.k = w.k;
     p.y = out;
-    linear_exact(p, stream_.get());
+    linear_exact(p, ls_);
     after("linear_exact");
     return;
   }
@@ -761,7 +784,7 @@ void CudaModel::gemv_bf16(const void* x, int64_t m, const DevBf16& w, float* out
   p.rows = m;
   p.vocab = w.n;
   p.dim = w.k;
-  lm_head(p, stream_.get());
+  lm_head(p, ls_);
   after("lm_head");
 }
 
@@ -779,7 +802,7 @@ void CudaModel::norm_quant(const void* x, int64_t rows, int64_t dim, const float
   p.scales = scales;
   p.block = kActBlock;
   p.codes_interleaved = codes_interleaved;
-  rms_norm_act_quant(p, stream_.get());
+  rms_norm_act_quant(p, ls_);
   after("rms_norm_act_quant");
 }
 
@@ -795,7 +818,7 @@ void CudaModel::rope(void* x, int64_t rows, int64_t heads, int64_t head_dim, con
   p.rope_dim = cfg_.rope_head_dim;
   p.inverse = inverse;
   p.precision = act_;
-  apply_rope(p, stream_.get());
+  apply_rope(p, ls_);
   after("apply_rope");
 }
 
@@ -844,7 +867,7 @@ void CudaModel::widen_act(const void* src, float* dst, int64_t count) {
   c.dst = dst;
   c.dst_precision = ActPrecision::kF32;
   c.n = count;
-  convert_values(c, stream_.get());
+  convert_values(c, ls_);
   after("convert_values");
 }
 
@@ -862,7 +885,7 @@ void CudaModel::round_to_act(const float* src, void* dst, int64_t count) {
   c.dst = dst;
   c.dst_precision = act_;
   c.n = count;
-  convert_values(c, stream_.get());
+  convert_values(c, ls_);
   after("convert_values");
 }
 
@@ -1200,20 +1223,14 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   const float* freqs = freqs_for(i);
   const uint8_t* xq = buf<uint8_t>("xq", S * cfg_.hidden_size);
   const uint8_t* xs = buf<uint8_t>("xs", S * cfg_.hidden_size / kActBlock);
-  // Queries: wq_a, q_norm (+ act_quant, shared with the indexer's wq_b), wq_b, RoPE.
-  void* qr = act("qr", S * cfg_.q_lora_rank);
-  gemm_q(xq, xs, S, w.wq_a, qr);
-  void* qrn = tracer_ != nullptr ? act("qrn", S * cfg_.q_lora_rank) : nullptr;
-  norm_quant(qr, S, cfg_.q_lora_rank, w.q_norm, qrn, buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
-             buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock));
-  if (qrn != nullptr) trace_act(i, "attn.qr", qrn, {S, cfg_.q_lora_rank});
-  void* q = act("q", S * H * hd);
-  gemm_q(buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
-         buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock), S, w.wq_b, q);
-  rope(q, S, H, hd, freqs, false);
-  trace_act(i, "attn.q", q, {S, H, hd});
-  // Window K = V: wkv, then kv_norm + RoPE + FP8 into the chunk's entries (the ring is written
-  // after the attention: a prefill chunk's rows would overwrite slots its own queries read).
+  // Two independent branches from the normed input, the KV side on the side stream:
+  // - window K = V: wkv, then kv_norm + RoPE + FP8 into the chunk's entries (the ring is written
+  //   after the attention: a prefill chunk's rows would overwrite slots its own queries read);
+  //   and the compressor (full layers), which appends to the compressed cache and the index keys;
+  // - queries: wq_a, q_norm (+ act_quant, shared with the indexer's wq_b), wq_b, RoPE.
+  // The indexer reads both (joined before it).
+  const bool fork = side_ok();
+  if (fork) fork_side();
   void* kv = act("kv", S * hd);
   gemm_q(xq, xs, S, w.wkv, kv);
   const PagedTable& swa = step.swa;
@@ -1234,13 +1251,27 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   sw.dim = static_cast<int32_t>(hd);
   sw.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
   sw.precision = act_;
-  swa_write(sw, stream_.get());
+  swa_write(sw, ls_);
   after("swa_write");
+  const void* xn = act("xn", S * cfg_.hidden_size);
+  if (p.compress_ratio > 0 && p.mode == AttnMode::kFull) compress(i, step, xn);
+  if (fork) end_side();
+
+  void* qr = act("qr", S * cfg_.q_lora_rank);
+  gemm_q(xq, xs, S, w.wq_a, qr);
+  void* qrn = tracer_ != nullptr ? act("qrn", S * cfg_.q_lora_rank) : nullptr;
+  norm_quant(qr, S, cfg_.q_lora_rank, w.q_norm, qrn, buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
+             buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock));
+  if (qrn != nullptr) trace_act(i, "attn.qr", qrn, {S, cfg_.q_lora_rank});
+  void* q = act("q", S * H * hd);
+  gemm_q(buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
+         buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock), S, w.wq_b, q);
+  rope(q, S, H, hd, freqs, false);
+  if (fork) join_side();
+  trace_act(i, "attn.q", q, {S, H, hd});
 
   int64_t compress_len = 0;
   if (p.compress_ratio > 0) {
-    const void* xn = act("xn", S * cfg_.hidden_size);
-    if (p.mode == AttnMode::kFull) compress(i, step, xn);
     compress_len = step.max_entries(p.compress_ratio);  // the longest sequence's
     if (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex) {
       shared.topk_width = 0;
@@ -1281,7 +1312,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   trace_act(i, "attn.o", ap.out, {S, H, hd});
   sw.write_ring = true;
   sw.chunk_entries = nullptr;
-  swa_write(sw, stream_.get());
+  swa_write(sw, ls_);
   after("swa_write");
 
   // Grouped low-rank output (wo_a), then act_quant + wo_b.
@@ -1358,7 +1389,7 @@ void CudaModel::compress(int64_t i, const Step& step, const void* xn) {
     c.eps = static_cast<float>(cfg_.rms_norm_eps);
     c.dim = static_cast<int32_t>(hd);
     c.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
-    compress_ratio1(c, stream_.get());
+    compress_ratio1(c, ls_);
     after("compress_ratio1");
   } else {
     DI_CHECK(ratio == 2, "layer {}: compress ratio {} (the V4.1 CUDA forward has 1 and 2)", i,
@@ -1379,7 +1410,7 @@ void CudaModel::compress(int64_t i, const Step& step, const void* xn) {
     c.eps = static_cast<float>(cfg_.rms_norm_eps);
     c.dim = static_cast<int32_t>(hd);
     c.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
-    compress_ratio2(c, stream_.get());
+    compress_ratio2(c, ls_);
     after("compress_ratio2");
   }
   if (plan.groups() == 0) return;
@@ -1398,7 +1429,7 @@ void CudaModel::compress(int64_t i, const Step& step, const void* xn) {
   k.latent_dim = static_cast<int32_t>(hd);
   k.dim = static_cast<int32_t>(cfg_.index_head_dim);
   k.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
-  index_key_write(k, stream_.get());
+  index_key_write(k, ls_);
   after("index_key_write");
   for (int32_t b : plan.group_seq)  // the sequences that published keys in this layer
     step.seqs[static_cast<size_t>(b)].st->last_index_publisher = i;
@@ -1543,16 +1574,11 @@ void CudaModel::moe(int64_t i, int64_t S) {
   const int64_t pairs = S * K;
   const uint8_t* xq = buf<uint8_t>("xq", S * D);
   const uint8_t* xs = buf<uint8_t>("xs", S * D / kActBlock);
-  // Timing events and sync checks name ops on the main stream: no side stream then.
-  const bool fork = !cuda_.time_ops && !sync_check_;
   // Shared expert: w1 | w3 in one FP8 GEMM, SwiGLU (weight 1) -> act_quant, w2, on the side
   // stream: it needs only the normed input and runs beside the routed chain, whose expert GEMM
   // leaves SMs idle at decode batches (joined before the combine).
-  if (fork) {
-    fork_.record(stream_.get());
-    DI_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), fork_.get(), 0));
-    ls_ = side_.get();
-  }
+  const bool fork = side_ok();
+  if (fork) fork_side();
   const int64_t Is = w.shared_w2.k;
   void* sgu = act("moe.shared.gu", S * 2 * Is);
   gemm_q(xq, xs, S, w.shared_w13, sgu);
@@ -1568,10 +1594,7 @@ void CudaModel::moe(int64_t i, int64_t S) {
   after("moe_swiglu_quant");
   void* so = act("moe.shared.out", S * D);
   gemm_q(ss.codes, ss.scales, S, w.shared_w2, so);
-  if (fork) {
-    join_.record(side_.get());
-    ls_ = stream_.get();
-  }
+  if (fork) end_side();
   // Router: gate logits (bf16 weights, fp32), top-k with the (VL) bias, routing weights.
   float* logits = buf<float>("moe.logits", S * E);
   gemv_bf16(act("xn", S * D), S, w.gate, logits);  // fp32 router (x.float())
@@ -1681,7 +1704,7 @@ void CudaModel::moe(int64_t i, int64_t S) {
   void* eo = act("moe.eo", pairs * D);
   expert_gemm(sq.codes, sq.scales, nullptr, w.experts_w2, 1, D, inter, eo);
   // y = routed outputs summed per token in ascending expert id, then + the shared expert.
-  if (fork) DI_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), join_.get(), 0));
+  if (fork) join_side();
   MoeCombineParams cp;
   cp.expert_out = eo;
   cp.shared = so;

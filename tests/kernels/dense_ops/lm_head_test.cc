@@ -1,10 +1,13 @@
 // The LM head on the GPU against cpu::linear<float> on the real [129,280, 5,120] bf16 weight,
 // with poisoned outputs (3 rows: the plain kernel; 40 rows: the tiled one), and the bitwise batch
 // invariance of its rows (M in {1, 7, 64, 1000}: both kernels);
-// the dim % 256 != 0 kernel at the fixture models' small dims (192, 64, an odd 67).
+// the dim % 256 != 0 kernel at the fixture models' small dims (192, 64, an odd 67); the
+// tensor-core kernel and lm_head's choice between the kernel families.
 //
-// Tolerance: the GPU sums k in a lane-strided tree, the CPU sequentially, both in fp32:
-// |gpu - cpu| <= 2e-5 * max|logit| per element and a normwise relative error <= 2e-6.
+// Tolerance (CUDA-core kernels): the GPU sums k in a lane-strided tree, the CPU sequentially,
+// both in fp32: |gpu - cpu| <= 2e-5 * max|logit| per element and a normwise relative error
+// <= 2e-6. The tensor-core kernel: the same per-element bound; normwise <= 4e-5 (its MMAs
+// accumulate with truncation: 1.7e-5 measured on the H200).
 
 #include "kernels/cuda/ops/lm_head.cuh"
 
@@ -42,11 +45,11 @@ class LmHeadTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { weight_.reset(); }
 
-  // The head `launcher` (lm_head or lm_head_tensor_core) into poisoned logits of row stride
+  // The head `launcher` (a kernel family, or lm_head's dispatch) into poisoned logits of row stride
   // `stride` (0: vocab).
   using Launcher = void (*)(const LmHeadParams&, cudaStream_t);
   std::vector<float> run(const DeviceBuffer& xd, int64_t rows, ActPrecision xp = ActPrecision::kF32,
-                         int64_t stride = 0, Launcher launcher = lm_head) {
+                         int64_t stride = 0, Launcher launcher = lm_head_cuda_core) {
     const int64_t row_stride = stride != 0 ? stride : kVocab;
     DeviceBuffer out = poisoned<float>(static_cast<size_t>(rows * row_stride), stream_->get());
     LmHeadParams p;
@@ -126,11 +129,10 @@ TEST_F(LmHeadTest, Bf16InputIsTheSameAsItsFp32Widening) {
   }
 }
 
-// The tensor-core head (lm_head_tensor_core; not yet dispatched by lm_head): against
-// cpu::linear<float> with the CUDA-core kernel's tolerances (every product exact, fp32
-// accumulation in another order), rows bitwise batch-invariant (M = 1, 7, 64 against M = 1000,
-// across the 64-row tiles), bf16 input bitwise the fp32 input of the same values, and a logits
-// row stride with its gaps left unwritten.
+// The tensor-core head (lm_head_tensor_core): against cpu::linear<float> (every product exact,
+// the MMA's truncating fp32 accumulation in another order; see the tolerances at the top), rows
+// bitwise batch-invariant (M = 1, 7, 64 against M = 1000, across the 64-row tiles), bf16 input
+// bitwise the fp32 input of the same values, and a logits row stride with its gaps left unwritten.
 TEST_F(LmHeadTest, TensorCoreMatchesCpuAndIsBatchInvariant) {
   auto run_tc = [&](const DeviceBuffer& xd, int64_t rows, ActPrecision xp, int64_t stride) {
     return run(xd, rows, xp, stride, lm_head_tensor_core);
@@ -161,7 +163,8 @@ TEST_F(LmHeadTest, TensorCoreMatchesCpuAndIsBatchInvariant) {
       ASSERT_TRUE(std::isnan(got[static_cast<size_t>(m * stride + n)])) << "stride gap, row " << m;
   }
   EXPECT_LE(max_err, 2e-5 * max_abs);
-  EXPECT_LE(std::sqrt(err2 / ref2), 2e-6);
+  EXPECT_LE(std::sqrt(err2 / ref2), 4e-5);
+  RecordProperty("normwise_rel_err", std::to_string(std::sqrt(err2 / ref2)));
 
   const int64_t big = 1000;
   const auto xb = random_normal(static_cast<size_t>(big * kDim), 10, 1.0f);
@@ -179,6 +182,39 @@ TEST_F(LmHeadTest, TensorCoreMatchesCpuAndIsBatchInvariant) {
     const auto a = run_tc(hb, m, ActPrecision::kBF16, kVocab);
     const auto b = run_tc(hf, m, ActPrecision::kF32, kVocab);
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << m << " bf16 rows";
+  }
+}
+
+// lm_head's one dispatch point: bf16 activations against the vocabulary head run the
+// tensor-core kernel (bitwise its output at every row count), fp32 activations the CUDA-core
+// kernels; small heads (the router's 384 rows) stay on the CUDA-core kernels in both precisions.
+TEST_F(LmHeadTest, DispatchDependsOnTheHeadNotTheRowCount) {
+  LmHeadParams p;
+  p.vocab = kVocab;
+  p.dim = kDim;
+  p.x_precision = ActPrecision::kBF16;
+  EXPECT_TRUE(lm_head_uses_tensor_cores(p));
+  p.x_precision = ActPrecision::kF32;
+  EXPECT_FALSE(lm_head_uses_tensor_cores(p));
+  p.x_precision = ActPrecision::kBF16;
+  p.vocab = 384;
+  EXPECT_FALSE(lm_head_uses_tensor_cores(p));
+  p.vocab = kVocab;
+  p.dim = kDim + 32;
+  EXPECT_FALSE(lm_head_uses_tensor_cores(p));
+
+  const int64_t rows = 9;
+  const std::vector<uint16_t> xb =
+      to_bf16(random_normal(static_cast<size_t>(rows * kDim), 12, 1.0f));
+  const std::vector<float> xf = from_bf16(xb);
+  const DeviceBuffer xbd = upload(xb, stream_->get()), xfd = upload(xf, stream_->get());
+  for (const int64_t m : {int64_t{1}, rows}) {
+    const auto a = run(xbd, m, ActPrecision::kBF16, 0, lm_head);
+    const auto b = run(xbd, m, ActPrecision::kBF16, 0, lm_head_tensor_core);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << m << " bf16 rows";
+    const auto c = run(xfd, m, ActPrecision::kF32, 0, lm_head);
+    const auto d = run(xfd, m, ActPrecision::kF32, 0, lm_head_cuda_core);
+    EXPECT_EQ(std::memcmp(c.data(), d.data(), c.size() * 4), 0) << m << " fp32 rows";
   }
 }
 

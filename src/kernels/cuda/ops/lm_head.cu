@@ -331,7 +331,20 @@ int64_t checked_stride(const char* op, const LmHeadParams& p) {
 
 }  // namespace lm_head_detail
 
+bool lm_head_uses_tensor_cores(const LmHeadParams& p) {
+  return p.x_precision == ActPrecision::kBF16 && p.vocab >= kLmHeadTensorCoreMinVocab &&
+         p.dim % kLmHeadTensorCoreDimMultiple == 0;
+}
+
 void lm_head(const LmHeadParams& p, cudaStream_t stream) {
+  if (lm_head_uses_tensor_cores(p)) {
+    lm_head_tensor_core(p, stream);
+    return;
+  }
+  lm_head_cuda_core(p, stream);
+}
+
+void lm_head_cuda_core(const LmHeadParams& p, cudaStream_t stream) {
   const int64_t stride = lm_head_detail::checked_stride("lm_head", p);
   if (p.rows == 0) return;
   if (p.x_precision == ActPrecision::kBF16) {

@@ -1,8 +1,7 @@
 // LM head on the tensor cores (kernels/params/dense_ops.h LmHeadParams): logits[m, n] =
-// sum_k x[m, k] * W[n, k], bf16 W, x fp32 or bf16, fp32 logits. NOT YET RUN ON A GPU (written
-// when the session's device time was spent): lm_head() does not dispatch to it; its parity test
-// (tests/kernels/dense_ops/lm_head_test.cc, LmHeadTensorCore) decides whether it replaces the
-// CUDA-core kernels for the large vocabularies.
+// sum_k x[m, k] * W[n, k], bf16 W, x fp32 or bf16, fp32 logits. lm_head() dispatches to it for
+// bf16 activations against the vocabulary heads (lm_head.cuh); its parity test is
+// tests/kernels/dense_ops/lm_head_test.cc (TensorCoreMatchesCpuAndIsBatchInvariant).
 //
 // Exactness: a bf16 x times a bf16 weight is exact in fp32. An fp32 x is split into three bf16
 // pieces x = hi + mid + lo (each subtraction exact; exact for normal values), so every product
@@ -14,10 +13,11 @@
 // must serve every row count of a given head.
 //
 // Tiling: a CTA owns 128 vocabulary rows (the MMA's M) x 64 activation rows (its N) and streams
-// W and x through a 3-stage cp.async ring of 64 k per stage (18 KiB of W per stage: at one
-// activation row the kernel is a weight stream, and 2 CTAs per SM keep ~4 stages of W in flight
-// per SM). 8 warps: warp w covers vocabulary rows 32 (w % 4) .. + 32 and activation rows 32 (w /
-// 4) .. + 32 (2 x 4 MMA tiles); a warp whose activation rows are all past `rows` skips its MMAs.
+// W and x through a cp.async ring of 64 k per stage (18 KiB of W per stage: at one activation
+// row the kernel is a weight stream). 2 CTAs per SM; 4 stages for bf16 x (108 KiB per CTA),
+// 3 for fp32 x (its x tiles are twice the size). 8 warps: warp w covers vocabulary rows 32 (w % 4)
+// .. + 32 and activation rows 32 (w / 4) .. + 32 (2 x 4 MMA tiles); a warp whose activation rows
+// are all past `rows` skips its MMAs.
 
 #include <cuda_bf16.h>
 
@@ -41,10 +41,9 @@ using cuda_detail::mma_bf16;
 using cuda_detail::smem_u32;
 
 constexpr int kThreads = 256;
-constexpr int kTileV = 128;  // vocabulary rows per CTA
-constexpr int kTileM = 64;   // activation rows per CTA
-constexpr int kBK = 64;      // k per stage
-constexpr int kStages = 3;
+constexpr int kTileV = 128;           // vocabulary rows per CTA
+constexpr int kTileM = 64;            // activation rows per CTA
+constexpr int kBK = 64;               // k per stage
 constexpr int kPad = 8;               // elements of row padding (conflict-free fragment loads)
 constexpr int kWStride = kBK + kPad;  // bf16 elements per W row in shared memory (144 bytes)
 constexpr int kXStride = kBK + kPad;  // elements (fp32 or bf16) per x row in shared memory
@@ -54,9 +53,16 @@ constexpr int stage_bytes() {
   return kTileV * kWStride * 2 + kTileM * kXStride * static_cast<int>(sizeof(XT));
 }
 template <typename XT>
-constexpr int smem_bytes() {
-  return kStages * stage_bytes<XT>();
+constexpr int stages() {
+  return sizeof(XT) == 2 ? 4 : 3;
 }
+template <typename XT>
+constexpr int smem_bytes() {
+  return stages<XT>() * stage_bytes<XT>();
+}
+static_assert(2 * (smem_bytes<uint16_t>() + 1024) <= 228 * 1024 &&
+                  2 * (smem_bytes<float>() + 1024) <= 228 * 1024,
+              "two CTAs per multiprocessor");
 
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) {
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -90,6 +96,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   cuda_detail::pdl_launch_dependents();
   constexpr bool kF32 = sizeof(XT) == 4;
   constexpr int kPiecesUsed = kF32 ? 3 : 1;
+  constexpr int kStages = stages<XT>();
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
