@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -269,7 +270,16 @@ class CudaModel final : public ForwardModel {
   void indexer(int64_t i, const Step& step, Shared& shared, const void* xn);
   void compress(int64_t i, const Step& step, const void* xn);
   void moe(int64_t i, int64_t rows);
-  void engram(int64_t i, const std::vector<int64_t>& hashes, int64_t rows);
+  // An Engram layer's table rows for the step, gathered on a host thread from the step's start
+  // (the hashes depend only on the token ids) into pinned staging, so that the gather — page
+  // faults into the host-resident tables, milliseconds at batch 64 — overlaps the enqueue and
+  // the GPU work of the layers before it instead of stalling the host at the layer.
+  struct EngramRows {
+    std::span<std::byte> staging;  // pinned (uploads_), valid until the next step's start
+    std::future<void> gathered;
+  };
+  EngramRows start_engram_gather(int64_t i, const std::vector<int64_t>& hashes, int64_t rows);
+  void engram(int64_t i, EngramRows& rows_in, int64_t rows);
 
   // y[m, n] = act_quant(x) . W^T from already-quantised rows / from fp32 rows.
   // Outputs (and gemm_x's input) in the activation precision act_.
@@ -963,6 +973,15 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
       hashes.insert(hashes.end(), h.begin(), h.end());
     }
   }
+  // The Engram layers' row gathers start now, on host threads (joined at their layers, or by
+  // the futures' destructors when the step throws before them).
+  std::vector<EngramRows> engram_rows(static_cast<size_t>(cfg_.num_layers));
+  if (engram_params_) {
+    for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+      if (host_.blocks[static_cast<size_t>(i)].plan.engram_slot >= 0)
+        engram_rows[static_cast<size_t>(i)] = start_engram_gather(i, hashes, R);
+    }
+  }
   upload<int64_t>("positions", positions);
   upload<int32_t>("seq", seq);
   upload<int64_t>("seq_end", seq_end);
@@ -1006,7 +1025,7 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
     const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
     cur_block_ = i;
     mark_block(static_cast<size_t>(i));
-    if (p.engram_slot >= 0) engram(i, hashes, R);
+    if (p.engram_slot >= 0) engram(i, engram_rows[static_cast<size_t>(i)], R);
     const auto tap =
         std::find(cfg_.dspark_target_layer_ids.begin(), cfg_.dspark_target_layer_ids.end(), i);
     if (n_taps > 0 && tap != cfg_.dspark_target_layer_ids.end()) {
@@ -1719,26 +1738,37 @@ void CudaModel::moe(int64_t i, int64_t S) {
   after("moe_combine");
 }
 
-void CudaModel::engram(int64_t i, const std::vector<int64_t>& hashes, int64_t S) {
-  const DevBlock& w = blocks_[static_cast<size_t>(i)];
+CudaModel::EngramRows CudaModel::start_engram_gather(int64_t i, const std::vector<int64_t>& hashes,
+                                                     int64_t S) {
   const BlockWeights<float>& hw = host_.blocks[static_cast<size_t>(i)];
-  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
-  const int64_t cols = cfg_.engram_hash_columns(), hd = cfg_.engram_head_dim;
+  const int64_t cols = cfg_.engram_hash_columns();
   const int64_t layers = static_cast<int64_t>(cfg_.engram_layer_ids.size());
   const int64_t slot = hw.plan.engram_slot;
-  // Host: the hashed table rows of every token, gathered into one staging block.
+  // The hashed table rows of every token, gathered into one staging block.
   std::vector<int64_t> row_ids(static_cast<size_t>(S * cols));
   for (int64_t r = 0; r < S; ++r) {
     std::copy_n(hashes.begin() + (r * layers + slot) * cols, cols, row_ids.begin() + r * cols);
   }
-  // The rows go straight into pinned memory, then one queued copy.
-  const size_t bytes = engram_staging_bytes(*hw.engram_table, S * cols);
-  const std::span<std::byte> staging = uploads_.allocate(bytes);
-  gather_engram_rows(*hw.engram_table, row_ids,
-                     std::span<uint8_t>(reinterpret_cast<uint8_t*>(staging.data()), bytes));
+  EngramRows out;
+  out.staging = uploads_.allocate(engram_staging_bytes(*hw.engram_table, S * cols));
+  const cpu::WeightRef* table = &*hw.engram_table;
+  const std::span<uint8_t> dst(reinterpret_cast<uint8_t*>(out.staging.data()), out.staging.size());
+  out.gathered = std::async(std::launch::async, [table, ids = std::move(row_ids), dst] {
+    gather_engram_rows(*table, ids, dst);
+  });
+  return out;
+}
+
+void CudaModel::engram(int64_t i, EngramRows& rows_in, int64_t S) {
+  const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
+  const int64_t cols = cfg_.engram_hash_columns(), hd = cfg_.engram_head_dim;
+  rows_in.gathered.get();  // the gather's error (a row id outside the table), if any
+  // The rows are in pinned memory: one queued copy.
+  const size_t bytes = rows_in.staging.size();
   uint8_t* staged = buf<uint8_t>("engram.staging", static_cast<int64_t>(bytes));
-  DI_CUDA_CHECK(
-      cudaMemcpyAsync(staged, staging.data(), bytes, cudaMemcpyHostToDevice, stream_.get()));
+  DI_CUDA_CHECK(cudaMemcpyAsync(staged, rows_in.staging.data(), bytes, cudaMemcpyHostToDevice,
+                                stream_.get()));
   mark_op("engram rows to device");
   EngramDecodeParams dp;
   dp.staging = staged;

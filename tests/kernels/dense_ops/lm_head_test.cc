@@ -219,7 +219,8 @@ TEST_F(LmHeadTest, DispatchDependsOnTheHeadNotTheRowCount) {
 }
 
 // The dim % 256 != 0 kernel (the fixture models' small projections: router gate at 192 x 12,
-// compressor / indexer projections at dims like 64), with an odd dim and a logits row stride:
+// compressor / indexer projections at dims like 64), with an odd dim and a logits row stride,
+// and the real router's shape:
 // against cpu::linear<float> (same tolerances as above) and a double dot product of the same
 // bf16 weights (normwise <= 1e-6), poisoned outputs (the stride gaps stay poisoned), and bitwise
 // batch invariance of the rows.
@@ -230,7 +231,10 @@ TEST(LmHeadGenericDims, MatchesCpuLinearAndIsBatchInvariant) {
   struct Shape2 {
     int64_t vocab, dim;
   };
-  for (const Shape2 sh : {Shape2{12, 192}, Shape2{1280, 192}, Shape2{515, 64}, Shape2{33, 67}}) {
+  // The last: the V4.1 router (384 x 5120): 37 rows spread over three CTAs in y (tiled kernel),
+  // 1 and 9 rows on the plain kernels.
+  for (const Shape2 sh :
+       {Shape2{12, 192}, Shape2{1280, 192}, Shape2{515, 64}, Shape2{33, 67}, Shape2{384, 5120}}) {
     const int64_t rows = 37, stride = sh.vocab + 3;
     const auto wf = random_normal(static_cast<size_t>(sh.vocab * sh.dim), 40 + sh.dim, 0.1f);
     const std::vector<uint16_t> wb = to_bf16(wf);

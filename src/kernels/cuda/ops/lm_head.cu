@@ -9,7 +9,8 @@
 // M >= 16 (dim % 512 == 0) runs a tiled variant with the same per-output arithmetic: 16 rows per
 // tile, whose activations the CTA's 8 warps share through shared memory in stages of 512 k (the
 // plain kernel reads each x row from L2 once per warp: at M = 256 that traffic, not the FMAs,
-// took ~50 ms per head on the H200), and W re-read once per 16 rows instead of 8.
+// took ~50 ms per head on the H200), and W re-read once per 16 rows instead of 8; the row tiles
+// spread over the grid's y (a 384-row router at M = 64: 4 x 12 CTAs, not 12 walking 4 tiles).
 //
 // x is fp32 or bf16 (LmHeadParams::x_precision: the bf16 precision's router and head read the
 // activations as stored); bf16 values are widened exactly on load, so the arithmetic and the
@@ -217,7 +218,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int n = 0; n < kN; ++n)
     wrow[n] = w + (active && n0 + n < vocab ? n0 + n : 0) * dim;
 
-  for (int64_t m0 = 0; m0 < rows; m0 += kTileM) {
+  // Row tiles blockIdx.y, + gridDim.y, ...: the small heads (routers: a few hundred vocabulary
+  // rows, a dozen CTAs in x) spread their row tiles over CTAs instead of walking them in turn.
+  for (int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM; m0 < rows;
+       m0 += static_cast<int64_t>(gridDim.y) * kTileM) {
     float acc[kTileM][kN];
 #pragma unroll
     for (int m = 0; m < kTileM; ++m) {
@@ -299,8 +303,10 @@ void dispatch(const LmHeadParams& p, int64_t stride, cudaStream_t stream) {
   // H200: kM = 8 re-reads W half as often as 4 (M = 8: 1.12 ms vs 1.42 ms with two kM = 4
   // tiles); below 8 rows the smaller tiles waste no lanes.
   if (p.rows >= kTileM && p.dim % kStageK == 0) {
-    cuda_detail::launch_pdl(lm_head_tiled_kernel<XT>, warp_grid(p.vocab), kThreads, 0, stream, x,
-                            p.weight, p.logits, p.rows, p.vocab, p.dim, stride);
+    const int64_t tiles = (p.rows + kTileM - 1) / kTileM;
+    const dim3 grid(warp_grid(p.vocab), static_cast<unsigned>(tiles < 65535 ? tiles : 65535));
+    cuda_detail::launch_pdl(lm_head_tiled_kernel<XT>, grid, kThreads, 0, stream, x, p.weight,
+                            p.logits, p.rows, p.vocab, p.dim, stride);
   } else if (p.rows >= 8) {
     launch<8>(p, x, stride, stream);
   } else if (p.rows >= 4) {

@@ -1,17 +1,17 @@
 // Grouped low-rank attention output projection wo_a on the GPU (kernels/params/wo_a.h), decode
-// regime: the 32 MiB of FP8 weights are streamed once per step (per 16 tokens) through shared
-// memory into bf16 tensor-core MMAs.
+// regime: the 32 MiB of FP8 weights are streamed once per step (per 16 tokens; per 64 when the
+// step has more than 128 rows) through shared memory into bf16 tensor-core MMAs.
 //
 // Work split (a function of the shape only): a CTA of 8 warps owns 256 consecutive weight rows
 // of one group (32 per warp, two m16 tiles), one of wo_a_k_split(gw) K slices (V4.1: 8 slices of
-// 512) and 16 tokens; the slices of a row tile form a thread-block cluster whose partial sums
-// are added in rank order through distributed shared memory. V4.1 at <= 16 rows: 256 CTAs of
-// 128 KiB of weights each, up to 3 per SM (2 per SM: 10 % slower at 8-16 rows). Each warp streams
-// its rows through its own 5-stage cp.async ring (32 rows x 32 K-columns = 1 KiB a stage; the
-// L2::128B prefetch hint brings each row's whole 128-byte line at the first of its four stages).
-// The CTA's activations (16 tokens x its K slice) are staged once in shared memory as bf16: bf16
-// storage as it is, fp32 storage as hi = bf16(x) and lo = bf16(x - hi) (hi + lo = x to 2^-16
-// relative).
+// 512) and 16 tokens (64 above 128 rows); the slices of a row tile form a thread-block cluster
+// whose partial sums are added in rank order through distributed shared memory. V4.1 at <= 16 rows:
+// 256 CTAs of 128 KiB of weights each, up to 3 per SM (2 per SM: 10 % slower at 8-16 rows). Each
+// warp streams its rows through its own 5-stage cp.async ring (32 rows x 32 K-columns = 1 KiB a
+// stage; the L2::128B prefetch hint brings each row's whole 128-byte line at the first of its four
+// stages). The CTA's activations (16 tokens x its K slice) are staged once in shared memory as
+// bf16: bf16 storage as it is, fp32 storage as hi = bf16(x) and lo = bf16(x - hi) (hi + lo = x to
+// 2^-16 relative).
 //
 // Weights: e4m3 -> f16 with the hardware conversion (exact; every e4m3 value is a normal f16 or
 // zero), then the f16 bits shifted into bf16 bits (exponent field kept: the bf16 value is the
@@ -59,25 +59,32 @@ constexpr int kWarpRows = 16 * kMTiles;           // 32
 constexpr int kCtaRows = kWarps * kWarpRows;      // 256
 constexpr int kStageK = 32;                       // K columns (e4m3 bytes) per ring stage
 constexpr int kStageBytes = kWarpRows * kStageK;  // 1 KiB per warp and stage
-constexpr int kStages = 5;   // 40 KiB of rings + 32 KiB of activations (V4.1): 3 CTAs an SM
-constexpr int kTokens = 16;  // tokens per CTA: two n8 tiles
-constexpr int kNTiles = kTokens / 8;
+constexpr int kStages = 5;  // 40 KiB of rings + 32 KiB of activations (V4.1): 3 CTAs an SM
+// Tokens per CTA: 16 (two n8 tiles), or 64 (eight n8 tiles) above kLargeTokensMinRows rows, so
+// that a step of many rows streams the weights once per 64 tokens, not per 16. A token's
+// arithmetic is the same in both (the same MMA sequence on its own n8 tile, the same cluster
+// sum): bitwise equal. H200, V4.1, bf16: 64 rows 64.4 us with 16-token CTAs (1,024 CTAs) vs
+// 71.3 with 64-token CTAs (256); 256 rows 227 vs 184 us.
+constexpr int kSmallTokens = 16;
+constexpr int kLargeTokens = 64;
+constexpr int64_t kLargeTokensMinRows = 128;
 constexpr int kMaxSplit = 8;
 constexpr int64_t kMaxSlice = 1024;       // <= 32 scale columns per slice (one per lane)
 constexpr int kRedStride = kCtaRows + 4;  // floats per token of the partial sums (bank spread)
 constexpr int kRingRegion = kWarps * kStages * kStageBytes;
-static_assert(kTokens * kRedStride * 4 <= kRingRegion, "partial sums alias the weight rings");
 constexpr uint32_t kFastScaleMin = 10, kFastScaleMax = 142;
 constexpr uint32_t kUnscaled = 0x77807780u;  // bf16x2 {2^112, 2^112}
 
-// Shared memory: the warps' weight rings (later the partial sums), then the activations
-// [kTokens][slice] bf16 (hi, and lo for fp32 storage). 112 KiB at most at V4.1 size: two CTAs fit
-// an SM, so that the 8-CTA clusters always find room in one wave.
-int64_t smem_bytes(int64_t slice, bool f32) {
-  return kRingRegion + (f32 ? 2 : 1) * int64_t{kTokens} * slice * 2;
+// Shared memory: the warps' weight rings, then the activations [tokens][slice] bf16 (hi, and lo
+// for fp32 storage); the partial sums [tokens][kRedStride] fp32 alias both once they are
+// consumed. V4.1 (slices of 512): 72 KiB with 16 tokens (3 CTAs an SM), 104 KiB with 64 bf16
+// tokens (2), 168 KiB with 64 fp32 tokens (1).
+int64_t smem_bytes(int64_t slice, bool f32, int tokens) {
+  const int64_t staged = kRingRegion + (f32 ? 2 : 1) * int64_t{tokens} * slice * 2;
+  return std::max<int64_t>(staged, int64_t{tokens} * kRedStride * 4);
 }
 
-// Element offset of activation (tok, k) in the staged rows ([kTokens][slice], slice % 64 == 0):
+// Element offset of activation (tok, k) in the staged rows ([tokens][slice], slice % 64 == 0):
 // odd tokens swap the 64-byte halves of every 128 bytes, so that the B-fragment loads of tokens
 // g and g + 1 fall into different banks.
 __device__ __forceinline__ int act_offset(int tok, int k, int slice) {
@@ -88,7 +95,7 @@ __device__ __forceinline__ int act_offset(int tok, int k, int slice) {
 struct WoAPlan {
   int split = 1;   // K slices = cluster size
   int slice = 0;   // group_width / split
-  int chunks = 0;  // ceil(rows / kTokens)
+  int chunks = 0;  // ceil(rows / tokens per CTA)
   int tiles = 0;   // CTA row tiles per group
 };
 
@@ -142,8 +149,11 @@ __device__ __forceinline__ void split_hi_lo(float4 v, uint2& hi, uint2& lo) {
   lo = make_uint2(pack_bf16x2(r0, r1), pack_bf16x2(r2, r3));
 }
 
-template <bool kF32>
-__global__ void __launch_bounds__(kThreads, 3) wo_a_kernel(const WoAParams p, const WoAPlan plan) {
+// CTAs per SM: 3 with 16 tokens, 2 with 64 bf16 tokens, 1 with 64 fp32 tokens (shared memory).
+template <bool kF32, int kTokens>
+__global__ void __launch_bounds__(kThreads, kTokens == kSmallTokens ? 3 : (kF32 ? 1 : 2))
+    wo_a_kernel(const WoAParams p, const WoAPlan plan) {
+  constexpr int kNTiles = kTokens / 8;
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
   extern __shared__ __align__(128) uint8_t smem[];
@@ -247,67 +257,65 @@ __global__ void __launch_bounds__(kThreads, 3) wo_a_kernel(const WoAParams p, co
       if (st + kStages - 1 < nst) issue(st + kStages - 1);
       cp_async_commit();
       const uint8_t* slot = ring + (st % kStages) * kStageBytes;
-      // B fragments: K columns 8t .. 8t + 7 of the stage for token g of each n8 tile.
-      const int boff = kStageK * (st ^ (g & 1));
-      uint4 bhi[kNTiles], blo[kNTiles];
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-        bhi[nt] = blo[nt] = make_uint4(0u, 0u, 0u, 0u);
-        if (nt < ntiles) {
-          bhi[nt] = *reinterpret_cast<const uint4*>(bh + nt * 8 * slice + boff);
-          if constexpr (kF32) {
-            blo[nt] = *reinterpret_cast<const uint4*>(bl + nt * 8 * slice + boff);
-          }
-        }
-      }
+      // The weights of the stage as bf16 A fragments, per m16 tile and K step: scaled by the
+      // block's 2^(S - 127) when that stays exact in bf16, else unscaled (the scale is applied to
+      // the fp32 partial below).
       const int col = static_cast<int>(((k0 + st * kStageK) >> bshift) - c0);
       const uint32_t s_lo = __shfl_sync(0xFFFFFFFFu, sc[0], col);  // warp-uniform
       const uint32_t s_hi = __shfl_sync(0xFFFFFFFFu, sc[1], col);
+      uint32_t a[kMTiles][2][4];
+      bool fast[kMTiles];
+      float sf[kMTiles];
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
-        if (mt >= mtiles) break;
         // Rows g and g + 8 of the tile: K columns 8t .. 8t + 7 (one word per K step).
         const uint2 wg = *reinterpret_cast<const uint2*>(slot + (mt * 16 + g) * kStageK + 8 * t);
         const uint2 wg8 =
             *reinterpret_cast<const uint2*>(slot + (mt * 16 + g + 8) * kStageK + 8 * t);
         const uint32_t s = mt < 2 ? s_lo : s_hi;
-        if (s >= kFastScaleMin && s <= kFastScaleMax) {
-          const uint32_t mult = ((s + 112u) << 7) * 0x10001u;  // bf16x2 {2^(s-15), 2^(s-15)}
+        fast[mt] = s >= kFastScaleMin && s <= kFastScaleMax;
+        sf[mt] = e8m0_to_float(s);
+        // bf16x2 {2^(s-15), 2^(s-15)} (fast), or {2^112, 2^112}
+        const uint32_t mult = fast[mt] ? ((s + 112u) << 7) * 0x10001u : kUnscaled;
 #pragma unroll
-          for (int ks = 0; ks < 2; ++ks) {
-            const uint32_t w0 = ks == 0 ? wg.x : wg.y, w1 = ks == 0 ? wg8.x : wg8.y;
-            const uint32_t a[4] = {weights_lo(w0, mult), weights_lo(w1, mult), weights_hi(w0, mult),
-                                   weights_hi(w1, mult)};
+        for (int ks = 0; ks < 2; ++ks) {
+          const uint32_t w0 = ks == 0 ? wg.x : wg.y, w1 = ks == 0 ? wg8.x : wg8.y;
+          a[mt][ks][0] = weights_lo(w0, mult);
+          a[mt][ks][1] = weights_lo(w1, mult);
+          a[mt][ks][2] = weights_hi(w0, mult);
+          a[mt][ks][3] = weights_hi(w1, mult);
+        }
+      }
+      // Per n8 tile: its B fragments (K columns 8t .. 8t + 7 of the stage for token g), then
+      // every m16 tile's K steps 0, 1 (hi, then lo for fp32 storage) into its accumulators; a
+      // block outside the fast range goes through a partial from zero and one fp32 fma.
+      const int boff = kStageK * (st ^ (g & 1));
 #pragma unroll
-            for (int nt = 0; nt < kNTiles; ++nt) {
-              if (nt >= ntiles) break;
-              mma_bf16(acc[mt][nt], a, ks == 0 ? bhi[nt].x : bhi[nt].z,
-                       ks == 0 ? bhi[nt].y : bhi[nt].w);
-              if constexpr (kF32) {
-                mma_bf16(acc[mt][nt], a, ks == 0 ? blo[nt].x : blo[nt].z,
-                         ks == 0 ? blo[nt].y : blo[nt].w);
-              }
-            }
-          }
-        } else {  // the block's scale leaves bf16's normal range: unscaled partial, fp32 scale
-          const float sf = e8m0_to_float(s);
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        if (nt >= ntiles) break;
+        const uint4 bhi = *reinterpret_cast<const uint4*>(bh + nt * 8 * slice + boff);
+        uint4 blo = make_uint4(0u, 0u, 0u, 0u);
+        if constexpr (kF32) blo = *reinterpret_cast<const uint4*>(bl + nt * 8 * slice + boff);
 #pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) {
-            if (nt >= ntiles) break;
-            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          if (mt >= mtiles) break;
+          const auto k_steps = [&](float(&d)[4]) {
 #pragma unroll
             for (int ks = 0; ks < 2; ++ks) {
-              const uint32_t w0 = ks == 0 ? wg.x : wg.y, w1 = ks == 0 ? wg8.x : wg8.y;
-              const uint32_t a[4] = {weights_lo(w0, kUnscaled), weights_lo(w1, kUnscaled),
-                                     weights_hi(w0, kUnscaled), weights_hi(w1, kUnscaled)};
-              mma_bf16(part, a, ks == 0 ? bhi[nt].x : bhi[nt].z, ks == 0 ? bhi[nt].y : bhi[nt].w);
+              mma_bf16(d, a[mt][ks], ks == 0 ? bhi.x : bhi.z, ks == 0 ? bhi.y : bhi.w);
               if constexpr (kF32) {
-                mma_bf16(part, a, ks == 0 ? blo[nt].x : blo[nt].z, ks == 0 ? blo[nt].y : blo[nt].w);
+                mma_bf16(d, a[mt][ks], ks == 0 ? blo.x : blo.z, ks == 0 ? blo.y : blo.w);
               }
             }
+          };
+          if (fast[mt]) {  // warp-uniform
+            k_steps(acc[mt][nt]);
+          } else {
+            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            k_steps(part);
 #pragma unroll
             for (int i = 0; i < 4; ++i)
-              acc[mt][nt][i] = fmaf(part[i], sf, acc[mt][nt][i]);
+              acc[mt][nt][i] = fmaf(part[i], sf[mt], acc[mt][nt][i]);
           }
         }
       }
@@ -387,7 +395,13 @@ void wo_a(const WoAParams& p, cudaStream_t stream) {
            "wo_a: group_width {} gives K slices of {} columns (at most {}: group_width a multiple "
            "of 512 up to 8192, or at most 1024)",
            p.group_width, slice, kMaxSlice);
-  const int64_t chunks = (p.rows + kTokens - 1) / kTokens;
+  const bool f32 = p.precision == ActPrecision::kF32;
+  constexpr int64_t kMaxSmem = 227 * 1024;
+  const int tok_per_cta =
+      p.rows > kLargeTokensMinRows && smem_bytes(slice, f32, kLargeTokens) <= kMaxSmem
+          ? kLargeTokens
+          : kSmallTokens;
+  const int64_t chunks = (p.rows + tok_per_cta - 1) / tok_per_cta;
   const int64_t tiles = (p.rank + kCtaRows - 1) / kCtaRows;
   const int64_t ctas = split * chunks * p.groups * tiles;
   DI_CHECK(ctas <= INT32_MAX, "wo_a: rows {} groups {} rank {} need {} CTAs (more than a grid)",
@@ -396,7 +410,6 @@ void wo_a(const WoAParams& p, cudaStream_t stream) {
   DI_CHECK(p.o != nullptr && p.weight != nullptr && p.weight_scale != nullptr && p.z != nullptr,
            "wo_a: null o, weight, weight_scale or z (rows {}, groups {}, rank {}, group_width {})",
            p.rows, p.groups, p.rank, p.group_width);
-  const bool f32 = p.precision == ActPrecision::kF32;
   DI_CHECK(
       reinterpret_cast<uintptr_t>(p.o) % 16 == 0 && reinterpret_cast<uintptr_t>(p.weight) % 16 == 0,
       "wo_a: o and weight must be 16-byte aligned");
@@ -408,8 +421,12 @@ void wo_a(const WoAParams& p, cudaStream_t stream) {
   plan.slice = static_cast<int>(slice);
   plan.chunks = static_cast<int>(chunks);
   plan.tiles = static_cast<int>(tiles);
-  const int64_t smem = smem_bytes(slice, f32);
-  auto* kernel = f32 ? wo_a_kernel<true> : wo_a_kernel<false>;
+  const int64_t smem = smem_bytes(slice, f32, tok_per_cta);
+  using Kernel = void (*)(WoAParams, WoAPlan);
+  const bool large = tok_per_cta == kLargeTokens;
+  const Kernel kernel =
+      f32 ? (large ? wo_a_kernel<true, kLargeTokens> : wo_a_kernel<true, kSmallTokens>)
+          : (large ? wo_a_kernel<false, kLargeTokens> : wo_a_kernel<false, kSmallTokens>);
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   cudaLaunchConfig_t config = {};
