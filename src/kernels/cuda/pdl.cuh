@@ -9,6 +9,11 @@
 // predecessor itself waited for its own predecessor, so the whole stream order holds). Kernels
 // here call pdl_wait() first thing, then pdl_launch_dependents(): only the launch latency
 // overlaps, never the work. Without the launch attribute both instructions are no-ops.
+// Measured alternatives (H200, V4.1 decode step at batch 1, docs/PERF.md 2026-12-01 tenth
+// session): triggering the dependents before the wait, with the weight kernels (FP8 GEMM,
+// wo_a, mhc_pre's fn) prefetching their weights into L2 before their wait, made the step 9 %
+// slower; the L2 prefetches alone, 2 %. Fusing a short second pass into the first one's tail
+// (mhc_pre's finalize run by the last CTA of each token tile) was slower than the PDL launch.
 
 #include <cuda_runtime.h>
 
