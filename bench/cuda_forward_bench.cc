@@ -1,5 +1,5 @@
 // cuda_forward_bench MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16]
-//                    [--extrapolate CONFIG] [--ops] [--gpu-only]
+//                    [--extrapolate CONFIG [--gpus G]] [--ops] [--gpu-only]
 // The CUDA forward of a DeepSeek-V4.1 checkpoint (e.g. `deepinfer synth --config v41-flash
 // --layers 4`): B sequences (--batch, default 1), each prefilled with N tokens (one forward call
 // per sequence), then decode steps of one token per sequence, all B in one batched forward call;
@@ -17,6 +17,13 @@
 // 0,1,2,3,14,20,21,24,25`), plus the measured head. When the measured checkpoint keeps fewer routed
 // experts than CONFIG (synth --experts) and B > 1, the full model's extra expected expert bytes are
 // added at the measured copy bandwidth (printed as its own term: an estimate, not a measurement).
+// --gpus G (with --extrapolate): also an estimate for G GPUs serving G x B sequences with data
+// parallel attention (each GPU runs the measured B sequences' dense work) and expert parallelism
+// (each GPU holds E / G routed experts and streams its share of the experts G x B tokens pick):
+// the one-GPU step at batch B, minus its routed-expert bytes, plus 1/G of the bytes at G x B (at
+// the copy bandwidth), plus two all-to-alls per MoE layer (token dispatch in FP8 with its scales,
+// combine in bf16; the (G - 1)/G of the pairs that leave their GPU) at kA2aGBs with kA2aLatencyUs
+// each — assumed NVLink figures, not measured here.
 // --ops: also the decode step's GPU time per op (an event after every launch; a host-bound gap
 // counts as the next launch's), largest first, with the host time spent enqueuing each op.
 // --gpu-only: each decode step starts behind a 30 ms GPU spin, so the host has enqueued the whole
@@ -119,9 +126,14 @@ std::string role_of(const di::LayerPlan& p) {
 
 // The full model's decode step from the measured per-block microseconds; returns false (and
 // names the role) when the measured checkpoint lacks a role the full model has.
+// Assumed all-to-all figures for the --gpus estimate (H200 NVLink 4: 450 GB/s per direction
+// nominal; a low-latency all-to-all kernel's fixed cost).
+constexpr double kA2aGBs = 350.0;
+constexpr double kA2aLatencyUs = 15.0;
+
 bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
                  const std::vector<di::LayerPlan>& measured, const std::vector<double>& us,
-                 double head_us, int64_t ctx, int64_t batch, double copy_gbs) {
+                 double head_us, int64_t ctx, int64_t batch, double copy_gbs, int64_t gpus) {
   const di::ModelConfig full = di::parse_model_config(di::load_config_json(config).dump(), config);
   const std::vector<di::LayerPlan> plan = di::build_layer_plan(full);
   std::vector<double> full_experts, measured_experts;
@@ -177,6 +189,31 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
         "streamed at the copy bandwidth)\n",
         extra_expert_us);
   }
+  if (gpus > 1) {
+    // The full model's routed-expert bytes per layer at G x B tokens, a GPU's share 1/G.
+    std::vector<double> experts_g;
+    (void)weight_bytes_per_block(full, plan, gpus * batch, &experts_g);
+    double expert_delta_us = 0, a2a_us = 0;
+    const double d = static_cast<double>(full.hidden_size);
+    const double pairs_out = static_cast<double>(batch * full.num_experts_per_tok) *
+                             static_cast<double>(gpus - 1) / static_cast<double>(gpus);
+    for (int64_t b = 0; b < full.num_layers; ++b) {
+      const double one = full_experts[static_cast<size_t>(b)];
+      if (one <= 0) continue;  // no routed experts in this layer
+      expert_delta_us += (experts_g[static_cast<size_t>(b)] / static_cast<double>(gpus) - one) /
+                         (copy_gbs * 1e9) * 1e6;
+      const double bytes = pairs_out * ((d + d / 32.0) + 2.0 * d);  // dispatch + combine
+      a2a_us += 2.0 * kA2aLatencyUs + bytes / (kA2aGBs * 1e9) * 1e6;
+    }
+    const double total_g = total + expert_delta_us + a2a_us;
+    std::printf(
+        "  %lld GPUs (data-parallel attention, expert parallelism; an estimate): %lld sequences, "
+        "step %.1f us = this GPU's %.1f %+.1f us of routed experts (1/%lld of %lld tokens' "
+        "experts) + %.1f us of all-to-alls (assumed %.0f GB/s, %.0f us each) = %.1f tok/s\n",
+        static_cast<long long>(gpus), static_cast<long long>(gpus * batch), total_g, total,
+        expert_delta_us, static_cast<long long>(gpus), static_cast<long long>(gpus * batch), a2a_us,
+        kA2aGBs, kA2aLatencyUs, 1e6 * static_cast<double>(gpus * batch) / total_g);
+  }
   return true;
 }
 
@@ -186,12 +223,12 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16] "
-                 "[--extrapolate CONFIG] [--ops] [--gpu-only]\n",
+                 "[--extrapolate CONFIG [--gpus G]] [--ops] [--gpu-only]\n",
                  argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
-  int64_t prompt = 4096, decode = 16, batch = 1;
+  int64_t prompt = 4096, decode = 16, batch = 1, gpus = 1;
   bool exact = false, bf16 = false, ops = false, gpu_only = false;
   std::string extrapolate_to;
   for (int i = 2; i < argc; ++i) {
@@ -211,13 +248,19 @@ int main(int argc, char** argv) {
       decode = std::atoll(argv[++i]);
     } else if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
       batch = std::atoll(argv[++i]);
+    } else if (std::strcmp(argv[i], "--gpus") == 0 && i + 1 < argc) {
+      gpus = std::atoll(argv[++i]);
     } else {
       std::fprintf(stderr, "error: unknown or incomplete argument %s\n", argv[i]);
       return 2;
     }
   }
-  if (prompt < 1 || decode < 1 || batch < 1) {
-    std::fprintf(stderr, "error: --prompt, --decode and --batch must be >= 1\n");
+  if (prompt < 1 || decode < 1 || batch < 1 || gpus < 1 || gpus > 8) {
+    std::fprintf(stderr, "error: --prompt, --decode and --batch must be >= 1, --gpus 1..8\n");
+    return 2;
+  }
+  if (gpus > 1 && extrapolate_to.empty()) {
+    std::fprintf(stderr, "error: --gpus needs --extrapolate CONFIG\n");
     return 2;
   }
   di::bench::backtrace_on_crash();
@@ -348,7 +391,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!extrapolate_to.empty() && !extrapolate(extrapolate_to, cfg, plan, block_us, head_us,
-                                                prompt + decode / 2, batch, copy)) {
+                                                prompt + decode / 2, batch, copy, gpus)) {
       return 1;
     }
     return 0;
