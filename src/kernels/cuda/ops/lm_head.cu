@@ -59,12 +59,11 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kM][kN], int lane,
   if (m < kM && m0 + m < rows && n0 + n < vocab) out[(m0 + m) * out_stride + n0 + n] = mine;
 }
 
-// The 8 bf16 weights at k of each of the warp's vocabulary rows, widened (exact).
-__device__ __forceinline__ void load_w8(const uint16_t* const (&wrow)[kN], int64_t k,
-                                        float (&wf)[kN][8]) {
+// 8 bf16 weights of each of the warp's vocabulary rows (16 bytes each), widened (exact).
+__device__ __forceinline__ void widen_w8(const uint4 (&raw)[kN], float (&wf)[kN][8]) {
 #pragma unroll
   for (int n = 0; n < kN; ++n) {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(wrow[n] + k));
+    const uint4 v = raw[n];
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -72,6 +71,16 @@ __device__ __forceinline__ void load_w8(const uint16_t* const (&wrow)[kN], int64
       wf[n][2 * e + 1] = __uint_as_float(words[e] & 0xFFFF0000u);
     }
   }
+}
+
+// The 8 bf16 weights at k of each of the warp's vocabulary rows, widened (exact).
+__device__ __forceinline__ void load_w8(const uint16_t* const (&wrow)[kN], int64_t k,
+                                        float (&wf)[kN][8]) {
+  uint4 raw[kN];
+#pragma unroll
+  for (int n = 0; n < kN; ++n)
+    raw[n] = __ldg(reinterpret_cast<const uint4*>(wrow[n] + k));
+  widen_w8(raw, wf);
 }
 
 // A row's 8 activations at xr, widened: two 16-byte loads (fp32) or one (bf16 bits, exact).
@@ -135,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int n = 0; n < kN; ++n)
         acc[m][n] = 0.0f;
     }
-#pragma unroll 2
+#pragma unroll 4
     for (int j = 0; j < iters; ++j) {
       const int64_t k = (static_cast<int64_t>(j) * 32 + lane) * 8;
       float wf[kN][8];
@@ -230,6 +239,15 @@ __global__ void __launch_bounds__(kThreads)
         acc[m][n] = 0.0f;
     }
     for (int64_t k0 = 0; k0 < dim; k0 += kStageK) {
+      // The stage's W chunks, requested before the x staging so that both round trips overlap
+      // (idle warps load row 0's chunks and never use them).
+      uint4 wraw[kStageK / 256][kN];
+#pragma unroll
+      for (int jj = 0; jj < kStageK / 256; ++jj) {
+#pragma unroll
+        for (int n = 0; n < kN; ++n)
+          wraw[jj][n] = __ldg(reinterpret_cast<const uint4*>(wrow[n] + k0 + (jj * 32 + lane) * 8));
+      }
       __syncthreads();  // the previous stage is consumed
       for (int i = static_cast<int>(threadIdx.x); i < kTileM * kStageK / 4; i += kThreads) {
         const int m = i / (kStageK / 4);
@@ -253,7 +271,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int jj = 0; jj < kStageK / 256; ++jj) {
         const int kk = (jj * 32 + lane) * 8;  // within the stage
         float wf[kN][8];
-        load_w8(wrow, k0 + kk, wf);
+        widen_w8(wraw[jj], wf);
 #pragma unroll
         for (int m = 0; m < kTileM; ++m)
           fma8(&xs[m][kk], wf, acc[m]);
