@@ -7,13 +7,15 @@
 //
 // CTA = kWgs consumer warpgroups (64 weight rows each; they share the token tile, so the tokens
 // are read from L2 once per 64 * kWgs weight rows) + one producer warp (warp 4 kWgs, one thread
-// issues the bulk tensor copies). The K-chunk's weight and activation scale bytes are staged in
-// shared memory at the start. Per stage the consumer issues the wgmmas of every K-block of the
-// stage into separate partials (one commit group), frees the stage as soon as they completed, and
-// promotes in K order: acc = fma(partial, s_x * s_w, acc) — per output element exactly the
-// operations of the unswapped kernel (fp8_gemm_sm90.cuh; the tensor core's 32-product sum does not
-// depend on which operand is A), so rows stay bitwise batch-invariant across the two kernels. The
-// K-chunk sums are combined in chunk order through distributed shared memory (cluster_chunk_sum).
+// issues the bulk tensor copies). The K-chunk's weight scale bytes and activation scales (as
+// floats, [K-block][token], so that a thread's token pair is one 8-byte load in the promotion)
+// are staged in shared memory at the start. Per stage the consumer issues the wgmmas of every
+// K-block of the stage into separate partials (one commit group), frees the stage as soon as they
+// completed, and promotes in K order: acc = fma(partial, s_x * s_w, acc) — per output element
+// exactly the operations of the unswapped kernel (fp8_gemm_sm90.cuh; the tensor core's 32-product
+// sum does not depend on which operand is A), so rows stay bitwise batch-invariant across the two
+// kernels. The K-chunk sums are combined in chunk order through distributed shared memory
+// (cluster_chunk_sum).
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -58,7 +60,8 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
   uint64_t* empty = full + kStages;
   uint8_t* s_swb = reinterpret_cast<uint8_t*>(empty + kStages);  // [kSwRows][chunk_kbs]
   const int chunk_kbs = args.chunk_stages * kKbPerStage;
-  uint8_t* s_sxb = s_swb + kSwRows * chunk_kbs;  // [kTok][chunk_kbs]
+  // Activation scales as floats [chunk_kbs][kTok] (a thread's token pair is one 8-byte load).
+  float* s_sxf = reinterpret_cast<float*>(s_swb + swap_sw_bytes(kSwRows, chunk_kbs));
 
   const int n0 = blockIdx.x * kRows;
   const int it_begin = static_cast<int>(blockIdx.z) * args.chunk_stages;
@@ -124,16 +127,16 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
   for (int i = t; i < kTok * nkb; i += 128 * kWgs) {
     const int tok = i / nkb;
     const int j = i - tok * nkb;
-    s_sxb[tok * chunk_kbs + j] =
+    s_sxf[j * kTok + tok] = ue8m0_to_float(
         tok < args.m ? args.act_scale[static_cast<int64_t>(tok) * args.num_kb + kb_begin + j]
-                     : uint8_t{0};
+                     : uint8_t{0});
   }
   asm volatile("bar.sync 2, %0;" ::"n"(128 * kWgs) : "memory");
 
   const int wg = warp / 4;              // consumer warpgroup: weight rows [64 wg, 64 wg + 64)
   const int r0 = warp * 16 + lane / 4;  // this thread's weight rows: r0, r0 + 8 (same B-block)
   const uint32_t swb = smem_addr(s_swb + (r0 / kBlock) * chunk_kbs);  // shared addresses
-  const uint32_t sxb = smem_addr(s_sxb);
+  const uint32_t sxf = smem_addr(s_sxf);
   const int tok_lane = 2 * (lane % 4);  // this thread's tokens: 8 j + tok_lane (+1)
 
   float acc[kRegs];
@@ -153,9 +156,9 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
 #pragma unroll
       for (int j = 0; j < kTok / 8; ++j) {
         const int tok = 8 * j + tok_lane;
-        const uint32_t a0 = sxb + tok * chunk_kbs + kbl;
-        const float s0 = ue8m0_to_float(static_cast<uint8_t>(lds_u8(a0))) * sw;  // powers of two
-        const float s1 = ue8m0_to_float(static_cast<uint8_t>(lds_u8(a0 + chunk_kbs))) * sw;
+        const float2 sx = lds_f32x2(sxf + 4 * (kbl * kTok + tok));
+        const float s0 = sx.x * sw;  // powers of two
+        const float s1 = sx.y * sw;
         acc[4 * j + 0] = fmaf(part[b][4 * j + 0], s0, acc[4 * j + 0]);
         acc[4 * j + 1] = fmaf(part[b][4 * j + 1], s1, acc[4 * j + 1]);
         acc[4 * j + 2] = fmaf(part[b][4 * j + 2], s0, acc[4 * j + 2]);
