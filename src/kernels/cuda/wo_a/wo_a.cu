@@ -39,6 +39,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/wo_a/wo_a.cuh"
@@ -51,6 +52,7 @@ namespace cg = cooperative_groups;
 using cuda_detail::cp_async16;
 using cuda_detail::cp_async_commit;
 using cuda_detail::cp_async_wait;
+using cuda_detail::mma_bf16;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -120,15 +122,6 @@ __device__ __forceinline__ uint32_t weights_hi(uint32_t w, uint32_t mult) {
   const uint32_t b = ((h & 0x7FFF7FFFu) >> 3) | (h & 0x80008000u);
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(b), "r"(mult));
   return d;
-}
-
-// d += A(16 x 16 bf16) * B(16 x 8 bf16), fp32 accumulators.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // 2^(s - 127) as a float (s = 0: the subnormal 2^-127; s = 255: NaN, like the reference).
