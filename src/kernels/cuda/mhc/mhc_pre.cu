@@ -29,6 +29,7 @@
 #include "common/check.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/mhc/mhc.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace di {
@@ -38,6 +39,7 @@ using cuda_detail::cp_async16;
 using cuda_detail::cp_async4;
 using cuda_detail::cp_async_commit;
 using cuda_detail::cp_async_wait;
+using cuda_detail::mma_bf16;
 
 constexpr int kThreads = 128;      // 4 warps, one per 16-d block of a chunk
 constexpr int kChunk = 64;         // d per pipeline stage (all 4 copies)
@@ -105,14 +107,6 @@ __device__ __forceinline__ Pieces split3(float lo, float hi) {
   const float2 f1 = __bfloat1622float2(h1);
   const __nv_bfloat162 h2 = __floats2bfloat162_rn(__fsub_rn(rlo, f1.x), __fsub_rn(rhi, f1.y));
   return {{bf16x2_bits(h0), bf16x2_bits(h1), bf16x2_bits(h2)}};
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ float bf16_lo(uint32_t w) {
@@ -365,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, kSmall ? 1 : (kStages == 2 ? 3 : 2))
           for (int pb = 2; pb >= 0; --pb) {
 #pragma unroll
             for (int n = 0; n < 3; ++n)
-              mma_bf16(acc[mt][n], a[0], a[1], a[2], a[3], bp[n][0].w[pb], bp[n][1].w[pb]);
+              mma_bf16(acc[mt][n], a, bp[n][0].w[pb], bp[n][1].w[pb]);
           }
         } else {
           const Pieces ap[4] = {split3(v[0], v[1]), split3(v[2], v[3]), split3(v[4], v[5]),
@@ -376,8 +370,9 @@ __global__ void __launch_bounds__(kThreads, kSmall ? 1 : (kStages == 2 ? 3 : 2))
           for (int t = 0; t < 6; ++t) {
 #pragma unroll
             for (int n = 0; n < 3; ++n) {
-              mma_bf16(acc[mt][n], ap[0].w[kPa[t]], ap[1].w[kPa[t]], ap[2].w[kPa[t]],
-                       ap[3].w[kPa[t]], bp[n][0].w[kPb[t]], bp[n][1].w[kPb[t]]);
+              const uint32_t at[4] = {ap[0].w[kPa[t]], ap[1].w[kPa[t]], ap[2].w[kPa[t]],
+                                      ap[3].w[kPa[t]]};
+              mma_bf16(acc[mt][n], at, bp[n][0].w[kPb[t]], bp[n][1].w[kPb[t]]);
             }
           }
         }
