@@ -35,11 +35,14 @@
 namespace di {
 namespace {
 
+using cuda_detail::Bf16Pieces;
+using cuda_detail::bf16x2_bits;
 using cuda_detail::cp_async16;
 using cuda_detail::cp_async4;
 using cuda_detail::cp_async_commit;
 using cuda_detail::cp_async_wait;
 using cuda_detail::mma_bf16;
+using cuda_detail::split3_bf16;
 
 constexpr int kThreads = 128;      // 4 warps, one per 16-d block of a chunk
 constexpr int kChunk = 64;         // d per pipeline stage (all 4 copies)
@@ -88,25 +91,6 @@ struct Tile {
 template <MhcStorage S, bool kSmall, int kStages>
 constexpr int smem_bytes() {
   return kStages * Tile<S, kSmall>::kStage + Tile<S, kSmall>::kRows * kPartials * 4;
-}
-
-__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) {
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// (lo, hi) = p0 + p1 + p2 with bf16x2 pieces; the two subtractions are exact.
-struct Pieces {
-  uint32_t w[3];
-};
-
-__device__ __forceinline__ Pieces split3(float lo, float hi) {
-  const __nv_bfloat162 h0 = __floats2bfloat162_rn(lo, hi);
-  const float2 f0 = __bfloat1622float2(h0);
-  const float rlo = __fsub_rn(lo, f0.x), rhi = __fsub_rn(hi, f0.y);
-  const __nv_bfloat162 h1 = __floats2bfloat162_rn(rlo, rhi);
-  const float2 f1 = __bfloat1622float2(h1);
-  const __nv_bfloat162 h2 = __floats2bfloat162_rn(__fsub_rn(rlo, f1.x), __fsub_rn(rhi, f1.y));
-  return {{bf16x2_bits(h0), bf16x2_bits(h1), bf16x2_bits(h2)}};
 }
 
 __device__ __forceinline__ float bf16_lo(uint32_t w) {
@@ -302,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, kSmall ? 1 : (kStages == 2 ? 3 : 2))
       const uint32_t fw[18] = {fb.c[0].x, fb.c[0].y, fb.c[0].z, fb.c[0].w, fb.c[1].x, fb.c[1].y,
                                fb.c[1].z, fb.c[1].w, fb.c[2].x, fb.c[2].y, fb.c[2].z, fb.c[2].w,
                                fb.c[3].x, fb.c[3].y, fb.c[3].z, fb.c[3].w, fb.t.x,    fb.t.y};
-      Pieces bp[3][2];
+      Bf16Pieces bp[3][2];
 #pragma unroll
       for (int n = 0; n < 3; ++n) {
 #pragma unroll
@@ -362,8 +346,8 @@ __global__ void __launch_bounds__(kThreads, kSmall ? 1 : (kStages == 2 ? 3 : 2))
               mma_bf16(acc[mt][n], a, bp[n][0].w[pb], bp[n][1].w[pb]);
           }
         } else {
-          const Pieces ap[4] = {split3(v[0], v[1]), split3(v[2], v[3]), split3(v[4], v[5]),
-                                split3(v[6], v[7])};
+          const Bf16Pieces ap[4] = {split3_bf16(v[0], v[1]), split3_bf16(v[2], v[3]),
+                                    split3_bf16(v[4], v[5]), split3_bf16(v[6], v[7])};
           constexpr int kPa[6] = {2, 1, 0, 1, 0, 0};
           constexpr int kPb[6] = {0, 1, 2, 0, 1, 0};
 #pragma unroll

@@ -64,24 +64,12 @@ static_assert(2 * (smem_bytes<uint16_t>() + 1024) <= 228 * 1024 &&
                   2 * (smem_bytes<float>() + 1024) <= 228 * 1024,
               "two CTAs per multiprocessor");
 
-__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) {
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // The B fragment words of one x pair (k, k + 1) of a row: pieces [0] = hi, [1] = mid, [2] = lo
 // with hi + mid + lo = the pair exactly (fp32), or hi = the pair (bf16 bits; mid = lo = 0).
-struct Pieces {
-  uint32_t w[3];
-};
+using Pieces = cuda_detail::Bf16Pieces;
 __device__ __forceinline__ Pieces pieces_of(const float* p) {
   const float2 v = *reinterpret_cast<const float2*>(p);
-  const __nv_bfloat162 h0 = __floats2bfloat162_rn(v.x, v.y);
-  const float2 f0 = __bfloat1622float2(h0);
-  const float r0 = __fsub_rn(v.x, f0.x), r1 = __fsub_rn(v.y, f0.y);
-  const __nv_bfloat162 h1 = __floats2bfloat162_rn(r0, r1);
-  const float2 f1 = __bfloat1622float2(h1);
-  const __nv_bfloat162 h2 = __floats2bfloat162_rn(__fsub_rn(r0, f1.x), __fsub_rn(r1, f1.y));
-  return {{bf16x2_bits(h0), bf16x2_bits(h1), bf16x2_bits(h2)}};
+  return cuda_detail::split3_bf16(v.x, v.y);
 }
 __device__ __forceinline__ Pieces pieces_of(const uint16_t* p) {
   return {{*reinterpret_cast<const uint32_t*>(p), 0u, 0u}};
