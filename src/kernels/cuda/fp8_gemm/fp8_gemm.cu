@@ -10,12 +10,13 @@
 #include "common/check.h"
 #include "kernels/cuda/fp8_gemm/fp8_gemm.h"
 #include "kernels/cuda/fp8_gemm/fp8_gemm_sm90_launch.h"
+#include "kernels/cuda/sm90_limits.h"
 
 namespace di {
 namespace {
 
 constexpr int64_t kDecodeMaxM = 256;  // up to here: block_m 64, block_n chosen to fill the SMs
-constexpr size_t kMaxSmem = 227 * 1024;
+constexpr auto kMaxSmem = static_cast<size_t>(cuda_detail::kSm90MaxSmemPerBlock);
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;

@@ -29,6 +29,7 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops/lm_head.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/sm90_limits.h"
 
 namespace di {
 namespace {
@@ -41,9 +42,9 @@ using cuda_detail::mma_bf16;
 using cuda_detail::smem_u32;
 
 constexpr int kThreads = 256;
-constexpr int kTileV = 128;           // vocabulary rows per CTA
-constexpr int kTileM = 64;            // activation rows per CTA
-constexpr int kBK = 64;               // k per stage
+constexpr int kTileV = 128;                                          // vocabulary rows per CTA
+constexpr int kTileM = 64;                                           // activation rows per CTA
+constexpr int kBK = static_cast<int>(kLmHeadTensorCoreDimMultiple);  // k per stage (lm_head.cuh)
 constexpr int kPad = 8;               // elements of row padding (conflict-free fragment loads)
 constexpr int kWStride = kBK + kPad;  // bf16 elements per W row in shared memory (144 bytes)
 constexpr int kXStride = kBK + kPad;  // elements (fp32 or bf16) per x row in shared memory
@@ -60,8 +61,11 @@ template <typename XT>
 constexpr int smem_bytes() {
   return stages<XT>() * stage_bytes<XT>();
 }
-static_assert(2 * (smem_bytes<uint16_t>() + 1024) <= 228 * 1024 &&
-                  2 * (smem_bytes<float>() + 1024) <= 228 * 1024,
+constexpr int64_t kPerCta(int64_t bytes) {
+  return bytes + cuda_detail::kSm90SmemReservedPerCta;
+}
+static_assert(2 * kPerCta(smem_bytes<uint16_t>()) <= cuda_detail::kSm90SmemPerSm &&
+                  2 * kPerCta(smem_bytes<float>()) <= cuda_detail::kSm90SmemPerSm,
               "two CTAs per multiprocessor");
 
 // The B fragment words of one x pair (k, k + 1) of a row: pieces [0] = hi, [1] = mid, [2] = lo

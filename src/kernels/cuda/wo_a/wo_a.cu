@@ -42,6 +42,7 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/sm90_limits.h"
 #include "kernels/cuda/wo_a/wo_a.cuh"
 
 namespace di {
@@ -389,11 +390,8 @@ void wo_a(const WoAParams& p, cudaStream_t stream) {
            "of 512 up to 8192, or at most 1024)",
            p.group_width, slice, kMaxSlice);
   const bool f32 = p.precision == ActPrecision::kF32;
-  constexpr int64_t kMaxSmem = 227 * 1024;
-  const int tok_per_cta =
-      p.rows > kLargeTokensMinRows && smem_bytes(slice, f32, kLargeTokens) <= kMaxSmem
-          ? kLargeTokens
-          : kSmallTokens;
+  const bool large_fits = smem_bytes(slice, f32, kLargeTokens) <= cuda_detail::kSm90MaxSmemPerBlock;
+  const int tok_per_cta = p.rows > kLargeTokensMinRows && large_fits ? kLargeTokens : kSmallTokens;
   const int64_t chunks = (p.rows + tok_per_cta - 1) / tok_per_cta;
   const int64_t tiles = (p.rank + kCtaRows - 1) / kCtaRows;
   const int64_t ctas = split * chunks * p.groups * tiles;
