@@ -270,6 +270,10 @@ class CudaModel final : public ForwardModel {
   void indexer(int64_t i, const Step& step, Shared& shared, const void* xn);
   void compress(int64_t i, const Step& step, const void* xn);
   void moe(int64_t i, int64_t rows);
+  // SwiGLU (clamped at the config's limit) of gu [pairs, 2 * inter] with act_quant into the
+  // buffers `tag`.hq / `tag`.hs; the routed experts add their weights, order and layout.
+  MoeSwigluQuantParams swiglu_quant_params(const void* gu, int64_t pairs, int64_t inter,
+                                           const std::string& tag);
   // An Engram layer's table rows for the step, gathered on a host thread from the step's start
   // (the hashes depend only on the token ids) into pinned staging, so that the gather — page
   // faults into the host-resident tables, milliseconds at batch 64 — overlaps the enqueue and
@@ -1584,6 +1588,19 @@ void CudaModel::indexer(int64_t i, const Step& step, Shared& shared, const void*
   shared.topk_width = static_cast<int32_t>(K);
 }
 
+MoeSwigluQuantParams CudaModel::swiglu_quant_params(const void* gu, int64_t pairs, int64_t inter,
+                                                    const std::string& tag) {
+  MoeSwigluQuantParams q;
+  q.gu = gu;
+  q.pairs = pairs;
+  q.inter = inter;
+  q.limit = static_cast<float>(cfg_.swiglu_limit);
+  q.precision = act_;
+  q.codes = buf<uint8_t>(tag + ".hq", pairs * inter);
+  q.scales = buf<uint8_t>(tag + ".hs", pairs * inter / kActBlock);
+  return q;
+}
+
 void CudaModel::moe(int64_t i, int64_t S) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
   const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
@@ -1601,14 +1618,7 @@ void CudaModel::moe(int64_t i, int64_t S) {
   const int64_t Is = w.shared_w2.k;
   void* sgu = act("moe.shared.gu", S * 2 * Is);
   gemm_q(xq, xs, S, w.shared_w13, sgu);
-  MoeSwigluQuantParams ss;
-  ss.gu = sgu;
-  ss.pairs = S;
-  ss.inter = Is;
-  ss.limit = static_cast<float>(cfg_.swiglu_limit);
-  ss.precision = act_;
-  ss.codes = buf<uint8_t>("moe.shared.hq", S * Is);
-  ss.scales = buf<uint8_t>("moe.shared.hs", S * Is / kActBlock);
+  const MoeSwigluQuantParams ss = swiglu_quant_params(sgu, S, Is, "moe.shared");
   moe_swiglu_quant(ss, ls_);
   after("moe_swiglu_quant");
   void* so = act("moe.shared.out", S * D);
@@ -1707,16 +1717,9 @@ void CudaModel::moe(int64_t i, int64_t S) {
   const uint8_t* xa = exact_ ? xq : buf<uint8_t>("moe.xqi", S * D);
   void* gu = act("moe.gu", pairs * 2 * inter);
   expert_gemm(xa, xs, pp.pair_index, w.experts_w13, 2, inter, D, gu);
-  MoeSwigluQuantParams sq;
-  sq.gu = gu;
+  MoeSwigluQuantParams sq = swiglu_quant_params(gu, pairs, inter, "moe");
   sq.weights = rp.weights;
   sq.pair_index = pp.pair_index;
-  sq.pairs = pairs;
-  sq.inter = inter;
-  sq.limit = static_cast<float>(cfg_.swiglu_limit);
-  sq.precision = act_;
-  sq.codes = buf<uint8_t>("moe.hq", pairs * inter);
-  sq.scales = buf<uint8_t>("moe.hs", pairs * inter / kActBlock);
   sq.interleave = !exact_;
   moe_swiglu_quant(sq, stream_.get());
   after("moe_swiglu_quant");
