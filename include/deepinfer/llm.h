@@ -42,6 +42,9 @@ struct EngineConfig {
   // ~/.cache/deepinfer.
   std::filesystem::path cache_dir;
   bool use_generation_config = true;  // take sampling defaults from generation_config.json
+  // cuda: sample on the GPU where the logits are (same token choices as the host sampler; only
+  // token ids and logprobs come back). false: copy every logits row back and sample on the host.
+  bool backend_sampling = true;
 };
 
 // A chat message in OpenAI form, as JSON text ({"role": ..., "content": ...}).

@@ -143,21 +143,44 @@ void EngineCore::record_prompt_logprobs(Request& r, int64_t start, int64_t count
   }
 }
 
-bool EngineCore::sample_and_append(Request& r, const std::vector<double>& logits) {
-  const deepinfer::SamplingParams& p = r.spec.params;
+SamplerRow EngineCore::sampler_row(const Request& r) const {
   const auto generated = static_cast<int64_t>(r.tokens.size()) - r.num_prompt;
-  row_.assign(logits.begin(), logits.end());
   SamplerRow in;
-  in.logits = row_;
   in.seed = r.seed;
   in.position = static_cast<int64_t>(r.tokens.size());
   in.prompt_ids = std::span<const int64_t>(r.tokens.data(), static_cast<size_t>(r.num_prompt));
   in.output_ids =
       std::span<const int64_t>(r.tokens.data() + r.num_prompt, static_cast<size_t>(generated));
+  in.eos_ids = std::span<const int64_t>(&model_config_.eos_token_id, 1);
+  in.suppress_stop_tokens = generated < r.spec.params.min_tokens;
+  return in;
+}
+
+SampleOutcome EngineCore::sample_on_host(const Request& r, const std::vector<double>& logits) {
+  SampleOutcome out;
+  try {
+    DI_CHECK(static_cast<int64_t>(logits.size()) == model_.vocab_size(),
+             "the forward returned {} logits for request {}, expected {}", logits.size(),
+             r.out.request_id, model_.vocab_size());
+    row_.assign(logits.begin(), logits.end());
+    SamplerRow in = sampler_row(r);
+    in.logits = row_;
+    out.result = sample_row(r.spec.params, in, scratch_);
+  } catch (const Error& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+bool EngineCore::append_sampled(Request& r, const SampleOutcome& outcome) {
+  if (!outcome.error.empty()) {
+    fail(r, fmt::format("sampling failed: {}", outcome.error));
+    return true;
+  }
+  const SampleResult& s = outcome.result;
+  const deepinfer::SamplingParams& p = r.spec.params;
+  const auto generated = static_cast<int64_t>(r.tokens.size()) - r.num_prompt;
   const int64_t eos = model_config_.eos_token_id;
-  in.eos_ids = std::span<const int64_t>(&eos, 1);
-  in.suppress_stop_tokens = generated < p.min_tokens;
-  const SampleResult s = sample_row(p, in, scratch_);
   const int64_t token = s.token_id;
   r.tokens.push_back(token);
   deepinfer::CompletionOutput& c = r.out.outputs[0];
@@ -276,6 +299,23 @@ std::vector<EngineCore::Update> EngineCore::step() {
     batch.push_back(&r);
     totals_.computed_tokens += s.num_new_tokens;
   }
+  // The sampling of the chunks that finish their sequence's known tokens (stable addresses:
+  // reserved up front).
+  std::vector<ChunkSampling> sampling;
+  sampling.reserve(batch.size());
+  if (config_.sample_in_backend) {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Request& r = *batch[i];
+      if (r.num_computed + static_cast<int64_t>(chunks[i].token_ids.size()) <
+          static_cast<int64_t>(r.tokens.size())) {
+        continue;  // prefill goes on
+      }
+      const SamplerRow in = sampler_row(r);
+      sampling.push_back(ChunkSampling{&r.spec.params, in.seed, in.position, in.prompt_ids,
+                                       in.output_ids, in.eos_ids, in.suppress_stop_tokens});
+      chunks[i].sampling = &sampling.back();
+    }
+  }
   ForwardResult fr = model_.forward(chunks);
 
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -285,7 +325,10 @@ std::vector<EngineCore::Update> EngineCore::step() {
     r.num_computed += n;
     if (chunks[i].all_logits) record_prompt_logprobs(r, start, n, fr.all_logits[i]);
     if (r.num_computed < static_cast<int64_t>(r.tokens.size())) continue;  // prefill goes on
-    if (sample_and_append(r, fr.logits[i])) {
+    const bool done = i < fr.sampled.size() && fr.sampled[i]
+                          ? append_sampled(r, *fr.sampled[i])
+                          : append_sampled(r, sample_on_host(r, fr.logits[i]));
+    if (done) {
       take_finished(requests_.find(r.id));
     } else if (r.spec.stream) {
       refresh_output(r, false);

@@ -31,6 +31,10 @@ struct EngineCoreConfig {
   SchedulerConfig scheduler;
   KvCacheConfig cache;
   uint64_t seed = 0;  // per-request seeds of requests without one derive from it
+  // Hand each sampled chunk's sampling to the forward (SequenceChunk::sampling), so that a
+  // backend that can samples where the logits are (the CUDA backend: same token choices). False:
+  // every row is sampled here from the returned logits.
+  bool sample_in_backend = true;
 };
 
 // Turns a finished (or streaming) output text into reasoning / content / tool calls; set for
@@ -107,9 +111,13 @@ class EngineCore {
 
   void finish(Request& r, std::string reason, std::string stop_reason);
   void fail(Request& r, const std::string& message);
-  // Samples the next token of `r` from the logits of its last position and appends it; returns
-  // true when the request is finished.
-  bool sample_and_append(Request& r, const std::vector<double>& logits);
+  // The inputs of sampling r's next token, but the logits.
+  SamplerRow sampler_row(const Request& r) const;
+  // Samples the next token of `r` from the logits of its last position.
+  SampleOutcome sample_on_host(const Request& r, const std::vector<double>& logits);
+  // Appends the sampled token (or fails the request with the outcome's error); returns true when
+  // the request is finished.
+  bool append_sampled(Request& r, const SampleOutcome& s);
   void record_prompt_logprobs(Request& r, int64_t start, int64_t count,
                               const std::vector<double>& all_logits);
   void refresh_output(Request& r, bool finished);

@@ -141,6 +141,7 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& requ
            core.scheduler.max_model_len, model_config_.max_position_embeddings);
   core.cache = cache;
   core.seed = config.seed;
+  core.sample_in_backend = config.backend_sampling;
   core_ = std::make_unique<di::EngineCore>(*model_, tokenizer_->tokenizer, model_config_,
                                            state_bytes_, core);
   defaults_ = config.use_generation_config ? di::defaults_from_generation_config(model_dir)

@@ -2,9 +2,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "deepinfer/sampling_params.h"
+#include "sampling/sampler.h"
 
 namespace di {
 
@@ -35,6 +39,19 @@ class SequenceState {
   virtual int64_t num_tokens() const = 0;  // positions consumed by the backbone so far
 };
 
+// The sampling of a chunk's last position, for backends that sample where the logits are (the
+// CUDA backend: only token ids and logprobs come back, not the [vocab] logits row). The inputs of
+// sample_row (sampling/sampler.h) but the logits; the spans must stay valid during forward().
+struct ChunkSampling {
+  const deepinfer::SamplingParams* params = nullptr;
+  uint64_t seed = 0;
+  int64_t position = 0;  // absolute position of the sampled token
+  std::span<const int64_t> prompt_ids;
+  std::span<const int64_t> output_ids;
+  std::span<const int64_t> eos_ids;
+  bool suppress_stop_tokens = false;
+};
+
 // One sequence's chunk in a batched forward: the tokens continue that sequence at position
 // state->num_tokens().
 struct SequenceChunk {
@@ -46,12 +63,18 @@ struct SequenceChunk {
   std::span<const uint8_t> image_mask = {};
   // Also return the logits of every position of the chunk (prompt logprobs).
   bool all_logits = false;
+  // Non-null: the backend may sample the chunk's last position itself (ForwardResult::sampled);
+  // a backend that does not keeps returning the logits.
+  const ChunkSampling* sampling = nullptr;
 };
 
 struct ForwardResult {
   // Per chunk: fp64-valued logits of the LAST position of the chunk, [vocab] (float32 runs
-  // store float values widened to double).
+  // store float values widened to double). Empty for a chunk the backend sampled (unless it
+  // asked for all logits).
   std::vector<std::vector<double>> logits;
+  // Per chunk (or empty): set when the backend sampled the chunk's last position.
+  std::vector<std::optional<SampleOutcome>> sampled;
   // Per chunk with all_logits: [tokens * vocab] row-major logits of every position (the last
   // row equals `logits`); empty otherwise.
   std::vector<std::vector<double>> all_logits;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "deepinfer/sampling_params.h"
@@ -42,6 +43,13 @@ struct SamplerRow {
 struct SampleResult {
   int64_t token_id = -1;
   std::optional<RowLogprobs> logprobs;  // when params.logprobs is set: top-N plus this token
+};
+
+// A row's result, or the error sample_row threw for it (a backend that samples on the device
+// reports errors per row: the request fails, not the batch).
+struct SampleOutcome {
+  SampleResult result;
+  std::string error;  // non-empty: failed (result.token_id = -1)
 };
 
 // Work buffers reused across calls (one per thread). They hold no state that outlives a call:

@@ -17,6 +17,9 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "fp64 (CPU validation)")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp64"}))
       ->capture_default_str();
+  app.add_flag("--host-sampling{false}", f.config.backend_sampling,
+               "sample on the host from logits copied back (default: where the logits are, on "
+               "the GPU for --backend cuda)");
   app.add_flag("--index-key-quirk-shipped", f.config.index_key_quirk_shipped,
                "reproduce the shipped reference's stale index keys");
   app.add_option("--max-num-seqs", f.config.max_num_seqs, "requests running at once, at most")

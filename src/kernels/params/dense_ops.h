@@ -161,6 +161,8 @@ struct SamplerParams {
   int64_t rows = 0;
   int64_t vocab = 0;
   int64_t logits_stride = 0;  // 0 = vocab
+  // [rows] the logits row each sampled row reads (device memory); nullptr: row r reads row r.
+  const int64_t* logits_rows = nullptr;
   void* workspace = nullptr;  // sampler_workspace_bytes(rows, vocab) bytes, 256-byte aligned
   int64_t* tokens = nullptr;  // [rows] sampled ids (-1 on error)
   int32_t* status = nullptr;  // [rows] SamplerStatus

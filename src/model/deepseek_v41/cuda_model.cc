@@ -50,6 +50,7 @@
 #include "kernels/cuda/ops/scale.cuh"
 #include "kernels/cuda/wo_a/wo_a.cuh"
 #include "kv_cache/kv_cache_manager.h"
+#include "model/cuda_chunk_sampler.h"
 #include "model/deepseek_v41/cpu_model.h"
 #include "model/deepseek_v41/model.h"
 #include "model/deepseek_v41/weights.h"
@@ -351,6 +352,7 @@ class CudaModel final : public ForwardModel {
   // Pinned host memory of this step's async copies: the uploads' sources and the logits'
   // destination (reset at the next step's start).
   PinnedArena uploads_{"CUDA forward host copies"};
+  CudaChunkSampler sampler_;  // chunks with SequenceChunk::sampling
   int swa_bytes_ = 0, comp_bytes_ = 0, key_bytes_ = 0;
   bool image_rows_ = false;  // this step has an image mask ("image_mask" buffer)
   // DI_CUDA_SYNC_CHECK=1: synchronize after every op and name the op in any CUDA error (a
@@ -1098,20 +1100,48 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   const int64_t V = cfg_.vocab_size;
   float* dl = buf<float>("logits", n * V);
   gemv_bf16(fx, n, head_, dl);  // fp32 logits (x.float(): bf16 widened exactly)
-  // The logits come back into pinned memory (a pageable copy runs at a fraction of the link:
-  // 12 ms for batch 256 on the H200) unless they are large (long all-logits chunks), which
-  // would pin gigabytes for good; the arena is reset at the next step's start.
+  // Chunks that come with their sampling are sampled here, on the logits where they are, and only
+  // their tokens (and logprobs) come back; not while a tracer records the logits.
+  std::vector<bool> sampled(static_cast<size_t>(B), false);
+  if (tracer_ == nullptr) {
+    std::vector<int64_t> last_row(static_cast<size_t>(B));
+    for (size_t b = 0; b < last_row.size(); ++b)
+      last_row[b] = out_first[b] + out_rows[b] - 1;
+    sampled = sampler_.enqueue(chunks, last_row, dl, V, stream_.get());
+    mark_op("sample_rows");
+  }
+  // The other chunks' logits rows (and every row of the all-logits chunks) come back into pinned
+  // memory (a pageable copy runs at a fraction of the link: 12 ms for batch 256 on the H200)
+  // unless they are large (long all-logits chunks), which would pin gigabytes for good; the
+  // arena is reset at the next step's start. Consecutive rows go in one copy.
+  std::vector<bool> to_host(static_cast<size_t>(B));
+  for (size_t b = 0; b < to_host.size(); ++b)
+    to_host[b] = !sampled[b] || chunks[b].all_logits;
   const auto n_logits = static_cast<size_t>(n * V);
   std::vector<float> pageable;
   float* l = nullptr;
-  if (n_logits * sizeof(float) <= kPinnedLogitsMaxBytes) {
-    l = reinterpret_cast<float*>(uploads_.allocate(n_logits * sizeof(float), 64).data());
-  } else {
-    pageable.resize(n_logits);
-    l = pageable.data();
+  if (std::find(to_host.begin(), to_host.end(), true) != to_host.end()) {
+    if (n_logits * sizeof(float) <= kPinnedLogitsMaxBytes) {
+      l = reinterpret_cast<float*>(uploads_.allocate(n_logits * sizeof(float), 64).data());
+    } else {
+      pageable.resize(n_logits);
+      l = pageable.data();
+    }
   }
-  DI_CUDA_CHECK(
-      cudaMemcpyAsync(l, dl, n_logits * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
+  for (size_t b = 0; b < to_host.size();) {
+    size_t e = b;
+    while (e < to_host.size() && to_host[e])
+      ++e;
+    if (e == b) {
+      ++b;
+      continue;
+    }
+    const auto first = static_cast<size_t>(out_first[b] * V);
+    const auto count = static_cast<size_t>((out_first[e - 1] + out_rows[e - 1]) * V) - first;
+    DI_CUDA_CHECK(cudaMemcpyAsync(l + first, dl + first, count * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream_.get()));
+    b = e;
+  }
   mark_op("logits to host");
   std::vector<uint8_t> tap_bytes(static_cast<size_t>(n_taps * R * D * ab));
   if (n_taps > 0) {
@@ -1129,6 +1159,9 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
       block_host_ms_.push_back(
           std::chrono::duration<double, std::milli>(block_host_[k + 1] - block_host_[k]).count());
     }
+  }
+  if (std::find(sampled.begin(), sampled.end(), true) != sampled.end()) {
+    res.sampled = sampler_.collect();
   }
   if (tracer_ != nullptr) {
     const std::vector<double> last(l + n_logits - static_cast<size_t>(V), l + n_logits);
@@ -1149,7 +1182,9 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
     const auto first = static_cast<size_t>(out_first[static_cast<size_t>(b)] * V);
     const auto cnt = static_cast<size_t>(out_rows[static_cast<size_t>(b)]);
     const auto uV = static_cast<size_t>(V);
-    res.logits[static_cast<size_t>(b)].assign(l + first + (cnt - 1) * uV, l + first + cnt * uV);
+    if (to_host[static_cast<size_t>(b)]) {
+      res.logits[static_cast<size_t>(b)].assign(l + first + (cnt - 1) * uV, l + first + cnt * uV);
+    }
     if (chunks[static_cast<size_t>(b)].all_logits) {
       res.all_logits[static_cast<size_t>(b)].assign(l + first, l + first + cnt * uV);
     }

@@ -198,6 +198,70 @@ TEST_P(SamplerParityTest, TokensMatchCpu) {
 INSTANTIATE_TEST_SUITE_P(Modes, SamplerParityTest, ::testing::ValuesIn(cases()),
                          [](const auto& tp) { return tp.param.name; });
 
+// logits_rows: sampled rows read arbitrary logits rows (the forward samples the last row of each
+// chunk), and SamplerOutputBlock packs the outputs into one block read back in one copy.
+TEST(SamplerRows, LogitsRowIndirectionAndOutputBlock) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  constexpr int64_t kLogitsRows = 3;
+  std::vector<float> logits;
+  for (int64_t r = 0; r < kLogitsRows; ++r) {
+    const std::vector<float> v = make_logits(Shape::kFlat, 50 + static_cast<uint64_t>(r));
+    logits.insert(logits.end(), v.begin(), v.end());
+  }
+  const std::vector<int64_t> which = {2, 0, 2, 1};
+  SamplingParams sp = with(0.9, 0.95);
+  sp.logprobs = 4;
+  std::vector<int64_t> ids;
+  std::vector<SamplerRowParams> rps;
+  std::vector<SampleResult> expected;
+  for (size_t r = 0; r < which.size(); ++r) {
+    SamplerRow row;
+    row.logits = std::span<const float>(logits.data() + which[r] * kSamplerVocab, kSamplerVocab);
+    row.seed = 9 + r;
+    row.position = 100;
+    expected.push_back(sample_row(sp, row));
+    rps.push_back(
+        make_sampler_row(sp, row.seed, row.position, {}, {}, {}, false, kSamplerVocab, ids));
+  }
+  ids.push_back(0);  // keep the ids buffer non-empty
+  const DeviceBuffer ld = upload(logits, stream.get());
+  const DeviceBuffer rd = upload(rps, stream.get());
+  const DeviceBuffer idd = upload(ids, stream.get());
+  const DeviceBuffer wd = upload(which, stream.get());
+  const auto rows = static_cast<int64_t>(which.size());
+  DeviceBuffer ws(sampler_workspace_bytes(rows, kSamplerVocab), "ws");
+  const SamplerOutputBlock block(rows);
+  DeviceBuffer out(block.bytes(), "outputs");
+  out.fill_async(0xFF, stream.get());
+  SamplerParams p;
+  p.logits = ld.as<float>();
+  p.logits_rows = wd.as<int64_t>();
+  p.row_params = rd.as<SamplerRowParams>();
+  p.ids = idd.as<int64_t>();
+  p.rows = rows;
+  p.vocab = kSamplerVocab;
+  p.workspace = ws.data();
+  block.bind(p, out.data());
+  sample_rows(p, stream.get());
+  const auto host = download<std::byte>(out, block.bytes(), stream.get());
+  for (int64_t r = 0; r < rows; ++r) {
+    const SampleOutcome o = block.row(host, r, rps[static_cast<size_t>(r)].logprobs);
+    const SampleResult& e = expected[static_cast<size_t>(r)];
+    ASSERT_EQ(o.error, "") << r;
+    EXPECT_EQ(o.result.token_id, e.token_id) << r;
+    ASSERT_TRUE(o.result.logprobs.has_value()) << r;
+    EXPECT_EQ(o.result.logprobs->token.rank, e.logprobs->token.rank) << r;
+    EXPECT_NEAR(o.result.logprobs->token.logprob, e.logprobs->token.logprob, 1e-9) << r;
+    ASSERT_EQ(o.result.logprobs->top.size(), e.logprobs->top.size()) << r;
+    for (size_t k = 0; k < e.logprobs->top.size(); ++k) {
+      EXPECT_EQ(o.result.logprobs->top[k].token_id, e.logprobs->top[k].token_id) << r;
+      EXPECT_EQ(o.result.logprobs->top[k].rank, e.logprobs->top[k].rank) << r;
+      EXPECT_NEAR(o.result.logprobs->top[k].logprob, e.logprobs->top[k].logprob, 1e-9) << r;
+    }
+  }
+}
+
 TEST(SamplerErrors, NanRowGivesStatus) {
   DI_REQUIRE_GPU();
   Stream stream;

@@ -322,6 +322,71 @@ TEST(CudaForward, EngineGreedyIdsEqualTheCpuBackend) {
     EXPECT_EQ(ids[1][i], ids[0][i]) << "prompt " << i;
 }
 
+// The engine samples on the GPU by default (the GPU sampler over the device logits, only ids and
+// logprobs copied back): the same tokens and logprobs as copying the logits back and sampling
+// them on the host, across greedy, temperature / top-p / top-k / min-p, penalties, min_tokens and
+// logprobs, with chunked prefill and requests of different parameters in one batch.
+TEST(CudaForward, EngineSamplesOnTheGpuAsOnTheHost) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = fixture_dir();
+  if (!fs::exists(dir / "config.json")) GTEST_SKIP() << "fixture absent: " << dir;
+  std::vector<deepinfer::Prompt> prompts;
+  std::vector<deepinfer::SamplingParams> params;
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int64_t> ids(static_cast<size_t>(3 + (i * 37) % 90));
+    for (auto& id : ids)
+      id = 3 + static_cast<int64_t>(rng() % 1000);
+    prompts.emplace_back(std::move(ids));
+    deepinfer::SamplingParams sp;
+    sp.max_tokens = 20;
+    sp.seed = 100 + i;
+    sp.temperature = i % 4 == 0 ? 0.0 : 0.6 + 0.1 * (i % 5);
+    if (i % 3 == 1) sp.top_p = 0.85;
+    if (i % 3 == 2) sp.top_k = 30;
+    if (i % 5 == 3) sp.min_p = 0.02;
+    if (i % 4 == 1) sp.logprobs = 3 + i % 4;
+    if (i % 6 == 5) {
+      sp.repetition_penalty = 1.2;
+      sp.frequency_penalty = 0.3;
+      sp.presence_penalty = 0.1;
+    }
+    if (i == 7) sp.min_tokens = 10;
+    params.push_back(sp);
+  }
+  testing::TempDir cache("di-cuda-sampling");
+  std::vector<deepinfer::RequestOutput> outs[2];
+  for (int b = 0; b < 2; ++b) {
+    deepinfer::EngineConfig cfg;
+    cfg.backend = "cuda";
+    cfg.precision = "bf16";
+    cfg.cache_dir = cache.path();
+    cfg.max_num_batched_tokens = 96;  // chunked prefill
+    cfg.backend_sampling = b == 1;
+    deepinfer::LLM llm(dir, cfg);
+    outs[b] = llm.generate(prompts, params);
+  }
+  ASSERT_EQ(outs[0].size(), prompts.size());
+  ASSERT_EQ(outs[1].size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& h = outs[0][i].outputs[0];
+    const auto& g = outs[1][i].outputs[0];
+    ASSERT_EQ(outs[0][i].error, "") << i;
+    ASSERT_EQ(outs[1][i].error, "") << i;
+    EXPECT_EQ(g.token_ids, h.token_ids) << "request " << i;
+    ASSERT_EQ(g.logprobs.size(), h.logprobs.size()) << i;
+    for (size_t k = 0; k < h.logprobs.size(); ++k) {
+      ASSERT_EQ(g.logprobs[k].size(), h.logprobs[k].size()) << i << " position " << k;
+      for (const auto& [tok, lp] : h.logprobs[k]) {
+        ASSERT_TRUE(g.logprobs[k].contains(tok)) << i << " position " << k << " token " << tok;
+        EXPECT_NEAR(g.logprobs[k].at(tok).logprob, lp.logprob, 1e-9) << i << " position " << k;
+        EXPECT_EQ(g.logprobs[k].at(tok).rank, lp.rank) << i << " position " << k;
+      }
+    }
+    EXPECT_NEAR(g.cumulative_logprob, h.cumulative_logprob, 1e-8) << i;
+  }
+}
+
 // The chunks of one forward call run as one batched step, each sequence with its own arithmetic
 // (row-wise kernels, per-row page tables, exact-order linears): a sequence's logits and DSpark
 // taps are bitwise the same alone and in any batch: prefill chunks of different lengths together,

@@ -21,6 +21,7 @@
 // race scores agree to ~1e-15, or a top_p prefix mass equals the target to ~1e-13 relative.
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "backend/cuda/cuda_check.h"
@@ -355,7 +356,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = static_cast<int>(threadIdx.x);
   const SamplerRowParams rp = p.row_params[row];
   const int vocab = static_cast<int>(p.vocab);
-  const float* raw = p.logits + row * logits_stride;
+  const float* raw =
+      p.logits + (p.logits_rows != nullptr ? p.logits_rows[row] : row) * logits_stride;
   auto* base = static_cast<unsigned char*>(p.workspace);
   Workspace ws{reinterpret_cast<float*>(base) + row * padded,
                reinterpret_cast<int32_t*>(base + 4 * p.rows * padded) + row * padded,
@@ -564,8 +566,12 @@ SamplerRowParams make_sampler_row(const deepinfer::SamplingParams& params, uint6
     ids.insert(ids.end(), src.begin(), src.end());
     e = static_cast<int64_t>(ids.size());
   };
-  append(prompt_ids, r.prompt_begin, r.prompt_end);
-  append(output_ids, r.output_begin, r.output_end);
+  // Only the lists the row's penalties read (the CPU checks the ids of those alone; a long
+  // prompt without a repetition penalty uploads nothing).
+  const bool rep = r.penalties != 0 && r.repetition != 1.0f;
+  const bool counted = r.penalties != 0 && (r.frequency != 0.0f || r.presence != 0.0f);
+  append(rep ? prompt_ids : std::span<const int64_t>{}, r.prompt_begin, r.prompt_end);
+  append(rep || counted ? output_ids : std::span<const int64_t>{}, r.output_begin, r.output_end);
   r.suppress_begin = static_cast<int64_t>(ids.size());
   if (suppress_stop_tokens) {
     ids.insert(ids.end(), eos_ids.begin(), eos_ids.end());
@@ -593,7 +599,7 @@ void sample_rows(const SamplerParams& p, cudaStream_t stream) {
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
-void check_sampler_status(std::span<const int32_t> status) {
+std::string sampler_status_message(int32_t status) {
   static constexpr const char* kWhat[] = {
       "ok",
       "logits row contains NaN",
@@ -601,12 +607,71 @@ void check_sampler_status(std::span<const int32_t> status) {
       "logits overflow to +inf (after temperature, or raw logits with logprobs)",
       "sampler found no candidate",
       "a prompt/output/stop token id is outside the vocabulary"};
+  if (status < 0 || status > 5) return fmt::format("unknown sampler status {}", status);
+  return kWhat[status];
+}
+
+void check_sampler_status(std::span<const int32_t> status) {
   for (size_t r = 0; r < status.size(); ++r) {
-    const int32_t s = status[r];
-    if (s == 0) continue;
-    DI_CHECK(s > 0 && s <= 5, "sample_rows: row {} has an unknown status {}", r, s);
-    DI_FAIL("sample_rows: row {}: {}", r, kWhat[s]);
+    if (status[r] != 0) DI_FAIL("sample_rows: row {}: {}", r, sampler_status_message(status[r]));
   }
+}
+
+SamplerOutputBlock::SamplerOutputBlock(int64_t rows) : rows_(rows) {
+  DI_CHECK(rows >= 0, "SamplerOutputBlock: bad row count {}", rows);
+  const auto n = static_cast<size_t>(rows);
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t off = at;
+    at += (bytes + 15) / 16 * 16;
+    return off;
+  };
+  tokens_ = take(n * 8);
+  token_logprob_ = take(n * 8);
+  token_rank_ = take(n * 8);
+  top_ids_ = take(n * kSamplerMaxLogprobs * 8);
+  top_logprobs_ = take(n * kSamplerMaxLogprobs * 8);
+  status_ = take(n * 4);
+  bytes_ = at;
+}
+
+void SamplerOutputBlock::bind(SamplerParams& p, void* device_block) const {
+  auto* b = static_cast<std::byte*>(device_block);
+  p.tokens = reinterpret_cast<int64_t*>(b + tokens_);
+  p.token_logprob = reinterpret_cast<double*>(b + token_logprob_);
+  p.token_rank = reinterpret_cast<int64_t*>(b + token_rank_);
+  p.top_ids = reinterpret_cast<int64_t*>(b + top_ids_);
+  p.top_logprobs = reinterpret_cast<double*>(b + top_logprobs_);
+  p.status = reinterpret_cast<int32_t*>(b + status_);
+}
+
+SampleOutcome SamplerOutputBlock::row(std::span<const std::byte> host, int64_t r,
+                                      int32_t logprobs) const {
+  DI_CHECK(host.size() >= bytes_ && r >= 0 && r < rows_ && logprobs <= kSamplerMaxLogprobs,
+           "SamplerOutputBlock::row: row {} of {}, {} bytes of {}, logprobs {}", r, rows_,
+           host.size(), bytes_, logprobs);
+  auto get = [&](size_t off, int64_t i, auto v) {
+    std::memcpy(&v, host.data() + off + static_cast<size_t>(i) * sizeof(v), sizeof(v));
+    return v;
+  };
+  SampleOutcome out;
+  const int32_t status = get(status_, r, int32_t{});
+  if (status != 0) {
+    out.error = sampler_status_message(status);
+    return out;
+  }
+  out.result.token_id = get(tokens_, r, int64_t{});
+  if (logprobs >= 0) {
+    RowLogprobs lp;
+    lp.token = {out.result.token_id, get(token_logprob_, r, double{}),
+                get(token_rank_, r, int64_t{})};
+    for (int32_t k = 0; k < logprobs; ++k) {
+      const int64_t at = r * kSamplerMaxLogprobs + k;
+      lp.top.push_back({get(top_ids_, at, int64_t{}), get(top_logprobs_, at, double{}), k + 1});
+    }
+    out.result.logprobs = std::move(lp);
+  }
+  return out;
 }
 
 }  // namespace di

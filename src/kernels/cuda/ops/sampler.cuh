@@ -12,10 +12,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "deepinfer/sampling_params.h"
 #include "kernels/params/dense_ops.h"
+#include "sampling/sampler.h"
 
 namespace di {
 
@@ -34,7 +36,27 @@ SamplerRowParams make_sampler_row(const deepinfer::SamplingParams& params, uint6
 
 void sample_rows(const SamplerParams& params, cudaStream_t stream);
 
+// What a row's SamplerStatus means (the CPU sampler's error text for the same case).
+std::string sampler_status_message(int32_t status);
 // Throws di::Error naming the first row whose status is not kOk.
 void check_sampler_status(std::span<const int32_t> status);
+
+// The sampler's per-row outputs (tokens, status, logprobs) for `rows` rows packed in one block of
+// memory, so that a step allocates one device buffer and copies one range back to the host.
+class SamplerOutputBlock {
+ public:
+  explicit SamplerOutputBlock(int64_t rows);
+  size_t bytes() const { return bytes_; }
+  // Points the output fields of `p` into `device_block` (bytes() bytes, 16-byte aligned).
+  void bind(SamplerParams& p, void* device_block) const;
+  // Row r of a host copy of the block; `logprobs` = the row's SamplerRowParams::logprobs (the
+  // top-N asked for, -1 = none).
+  SampleOutcome row(std::span<const std::byte> host, int64_t r, int32_t logprobs) const;
+
+ private:
+  int64_t rows_ = 0;
+  size_t tokens_ = 0, token_logprob_ = 0, token_rank_ = 0, top_ids_ = 0, top_logprobs_ = 0,
+         status_ = 0, bytes_ = 0;
+};
 
 }  // namespace di
