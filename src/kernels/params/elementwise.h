@@ -11,10 +11,14 @@ namespace di {
 
 // x[i] = fp32(x[i] * s) in place (one rounded product, as the CPU's `v = v * s`): e.g. the
 // indexer's weights_proj output times 128^-1/2 * 32^-1/2.
+// round_bf16: x holds bf16-declared values in fp32 storage (the bf16 forward): x[i] is rounded to
+// bf16 before the product and the product again after it, x[i] = bf16(bf16(x[i]) * s) — one
+// launch for what is otherwise narrow, widen, scale, narrow, widen.
 struct ScaleParams {
   float* x = nullptr;
   int64_t n = 0;
   float s = 1.0f;
+  bool round_bf16 = false;
 };
 
 // dst[i] = src[i] in another activation precision: fp32 -> bf16 rounds to nearest even (NaN stays

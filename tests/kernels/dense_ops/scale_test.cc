@@ -37,6 +37,54 @@ TEST(ScaleValuesGpu, BitwiseEqualToCpuProducts) {
   }
 }
 
+// round_bf16: bf16(bf16(x) * s) in fp32 storage, bitwise the five-launch sequence it replaces
+// (narrow, widen, scale, narrow, widen) and the host formula.
+TEST(ScaleValuesGpu, RoundedScaleEqualsTheSeparateConversions) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Stream stream;
+  const int64_t n = 32 * 97;
+  std::vector<float> x = dense_test::random_normal(static_cast<size_t>(n), 77, 6.0f);
+  x[0] = 1.0f + 0x1p-8f;  // a rounding tie before the product
+  const float s = 0.015625f * 0.70710677f;
+  DeviceBuffer fused = dense_test::upload(x, stream.get());
+  DeviceBuffer steps = dense_test::upload(x, stream.get());
+  DeviceBuffer tmp(static_cast<size_t>(n) * 2, "bf16");
+  ScaleParams p;
+  p.x = fused.as<float>();
+  p.n = n;
+  p.s = s;
+  p.round_bf16 = true;
+  scale_values(p, stream.get());
+  auto convert = [&](const void* src, ActPrecision sp, void* dst, ActPrecision dp) {
+    ConvertParams c;
+    c.src = src;
+    c.src_precision = sp;
+    c.dst = dst;
+    c.dst_precision = dp;
+    c.n = n;
+    convert_values(c, stream.get());
+  };
+  auto round_in_place = [&] {
+    convert(steps.data(), ActPrecision::kF32, tmp.data(), ActPrecision::kBF16);
+    convert(tmp.data(), ActPrecision::kBF16, steps.data(), ActPrecision::kF32);
+  };
+  round_in_place();
+  p.x = steps.as<float>();
+  p.round_bf16 = false;
+  scale_values(p, stream.get());
+  round_in_place();
+  const auto a = dense_test::download<float>(fused, static_cast<size_t>(n), stream.get());
+  const auto b = dense_test::download<float>(steps, static_cast<size_t>(n), stream.get());
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = bf16_to_float(bf16_from_float(x[static_cast<size_t>(i)]));
+    const float want = bf16_to_float(bf16_from_float(v * s));
+    bad += dense_test::float_bits(a[static_cast<size_t>(i)]) != dense_test::float_bits(want);
+    bad += dense_test::float_bits(b[static_cast<size_t>(i)]) != dense_test::float_bits(want);
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 TEST(ConvertValuesGpu, NarrowRoundsToNearestEvenWidenIsExact) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   Stream stream;

@@ -1,5 +1,6 @@
 // Element-wise helpers: the in-place scale by one fp32 factor (x[i] = fp32(x[i] * s), one rounded
-// product per element) and the fp32 <-> bf16 conversion of activations.
+// product per element; optionally with bf16 rounding before and after) and the fp32 <-> bf16
+// conversion of activations.
 
 #include <cuda_bf16.h>
 
@@ -13,11 +14,21 @@ namespace {
 
 constexpr int kThreads = 256;
 
+__device__ __forceinline__ float round_to_bf16(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+template <bool kRound>
 __global__ void __launch_bounds__(kThreads) scale_kernel(float* x, int64_t n, float s) {
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i < n) x[i] = __fmul_rn(x[i], s);
+  if (i >= n) return;
+  if constexpr (kRound) {
+    x[i] = round_to_bf16(__fmul_rn(round_to_bf16(x[i]), s));
+  } else {
+    x[i] = __fmul_rn(x[i], s);
+  }
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -69,7 +80,8 @@ void scale_values(const ScaleParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
   DI_CHECK(p.x != nullptr, "scale_values: null x (n={})", p.n);
   const auto grid = static_cast<unsigned>((p.n + kThreads - 1) / kThreads);
-  cuda_detail::launch_pdl(scale_kernel, grid, kThreads, 0, stream, p.x, p.n, p.s);
+  cuda_detail::launch_pdl(p.round_bf16 ? scale_kernel<true> : scale_kernel<false>, grid, kThreads,
+                          0, stream, p.x, p.n, p.s);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
