@@ -25,7 +25,9 @@
 // combine in bf16; the (G - 1)/G of the pairs that leave their GPU) at kA2aGBs with kA2aLatencyUs
 // each — assumed NVLink figures, not measured here.
 // --ops: also the decode step's GPU time per op (an event after every launch; a host-bound gap
-// counts as the next launch's), largest first, with the host time spent enqueuing each op.
+// counts as the next launch's), largest first, with the host time spent enqueuing each op; and
+// the same table for the prefill of sequence 1 (0 when alone). Decode: one untimed warm-up step,
+// then --decode timed steps.
 // --gpu-only: each decode step starts behind a 30 ms GPU spin, so the host has enqueued the whole
 // step before the GPU runs it: the block and op times are then GPU execution alone (launch gaps
 // included, host-bound waits excluded); the wall ms/step includes the spin.
@@ -306,6 +308,7 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < prompt; ++i)
         ids[static_cast<size_t>(i)] = (i * 7919 + 13 + s * 104729) % model->vocab_size();
       seqs.push_back(model->new_sequence());
+      if (ops && s == std::min<int64_t>(1, batch - 1)) di::cuda_forward_reset_op_times(*model);
       // A forward step holds at most 65535 tokens: long prompts go in chunks.
       constexpr int64_t kChunk = 32768;
       for (int64_t off = 0; off < prompt; off += kChunk) {
@@ -320,17 +323,38 @@ int main(int argc, char** argv) {
         }
       }
       if (s == 0) std::fprintf(stderr, "sequence 0 prefilled\n");
+      if (s == std::min<int64_t>(1, batch - 1) && ops) {
+        // The op table of sequence 1's prefill (of sequence 0's when it is alone: that first
+        // forward also grows the buffers).
+        const std::vector<di::CudaOpTime> times = di::cuda_forward_op_times(*model);
+        double all = 0;
+        for (const di::CudaOpTime& t : times)
+          all += t.ms;
+        std::printf("%-28s %10s %9s %7s %10s\n", "op (prefill of one sequence)", "us", "launches",
+                    "share", "host us");
+        for (const di::CudaOpTime& t : times) {
+          std::printf("%-28s %10.1f %9lld %6.1f%% %10.1f\n", t.op.c_str(), 1e3 * t.ms,
+                      static_cast<long long>(t.launches), 100.0 * t.ms / all, 1e3 * t.host_ms);
+        }
+      }
     }
     const auto t2 = std::chrono::steady_clock::now();
     const auto L = static_cast<size_t>(cfg.num_layers);
     std::vector<double> sum(L + 1, 0.0), host_sum(L + 1, 0.0);
-    const auto t3 = std::chrono::steady_clock::now();
-    if (ops) di::cuda_forward_reset_op_times(*model);
+    auto t3 = std::chrono::steady_clock::now();
     std::vector<di::SequenceChunk> chunks(static_cast<size_t>(batch));
+    std::vector<double> phase_sum(8, 0.0);
     deepinfer::SamplingParams greedy;
     greedy.temperature = 0;
     std::vector<di::ChunkSampling> sampling(static_cast<size_t>(batch));
-    for (int64_t step = 0; step < decode; ++step) {
+    // Step -1 is a warm-up: the first decode step after the prefills folds the pinned host
+    // memory the prefills grew (tens of ms once) and grows the decode-sized buffers; it is not
+    // timed.
+    for (int64_t step = -1; step < decode; ++step) {
+      if (step == 0) {
+        t3 = std::chrono::steady_clock::now();
+        if (ops) di::cuda_forward_reset_op_times(*model);
+      }
       for (size_t s = 0; s < chunks.size(); ++s) {
         chunks[s] = di::SequenceChunk{seqs[s].get(), std::span<const int64_t>(&next[s], 1)};
         sampling[s].params = &greedy;
@@ -351,8 +375,14 @@ int main(int argc, char** argv) {
       const std::vector<double> ms = di::cuda_forward_block_ms(*model);
       DI_CHECK(ms.size() == sum.size(), "cuda_forward_block_ms: {} entries, expected {}", ms.size(),
                sum.size());
-      if (step == 0) std::fprintf(stderr, "decode step 0 done\n");
+      if (step < 0) {
+        std::fprintf(stderr, "warm-up decode step done\n");
+        continue;
+      }
       const std::vector<double> host_ms = di::cuda_forward_block_host_ms(*model);
+      const std::vector<double> phases = di::cuda_forward_step_phase_ms(*model);
+      for (size_t k = 0; k < phase_sum.size() && k < phases.size(); ++k)
+        phase_sum[k] += phases[k];
       for (size_t k = 0; k < sum.size(); ++k) {
         sum[k] += ms[k];
         host_sum[k] += host_ms[k];
@@ -369,6 +399,14 @@ int main(int argc, char** argv) {
         static_cast<double>(batch * prompt) / sec(t1, t2), static_cast<long long>(batch),
         static_cast<long long>(decode), 1e3 * sec(t3, t4) / static_cast<double>(decode),
         host_logits ? "logits to the host, argmax there" : "greedy on the GPU, ids to the host");
+    const double nd = static_cast<double>(decode);
+    std::printf(
+        "host per decode step: %.0f us checks, %.0f us waiting for earlier GPU work, %.0f us "
+        "pinned reset, %.0f us page tables, %.0f us more before block 0, %.0f us enqueuing, %.0f "
+        "us waiting for the GPU, %.0f us after (results)\n",
+        1e3 * phase_sum[0] / nd, 1e3 * phase_sum[1] / nd, 1e3 * phase_sum[2] / nd,
+        1e3 * phase_sum[3] / nd, 1e3 * phase_sum[4] / nd, 1e3 * phase_sum[5] / nd,
+        1e3 * phase_sum[6] / nd, 1e3 * phase_sum[7] / nd);
     // host us: time the host spent enqueuing the block (>= us/step: the GPU waited for it).
     std::printf("%5s %6s %8s %4s %10s %10s %10s %10s %7s\n", "block", "ratio", "mode", "eng",
                 "us/step", "host us", "MB", "floor us", "x floor");

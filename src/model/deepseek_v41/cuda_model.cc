@@ -220,6 +220,11 @@ class CudaModel final : public ForwardModel {
              "cuda_forward_block_host_ms: the model was loaded without time_blocks");
     return block_host_ms_;
   }
+  const std::vector<double>& step_phase_ms() const {
+    DI_CHECK(cuda_.time_blocks,
+             "cuda_forward_step_phase_ms: the model was loaded without time_blocks");
+    return step_phase_ms_;
+  }
   void set_tracer(ForwardTracer* tracer) override { tracer_ = tracer; }
   std::vector<CudaOpTime> op_times() const {
     DI_CHECK(cuda_.time_ops, "cuda_forward_op_times: the model was loaded without time_ops");
@@ -306,10 +311,6 @@ class CudaModel final : public ForwardModel {
   }
   size_t act_bytes() const { return act_ == ActPrecision::kBF16 ? 2 : 4; }
   void round_to_act(const float* src, void* dst, int64_t count);
-  // fp32 values rounded to the activation precision and kept in fp32 (bf16 only; no-op in fp32).
-  void round_to_act_in_place(float* x, int64_t count);
-  // dst[count] fp32 = src[count] in the activation storage, widened (exact).
-  void widen_act(const void* src, float* dst, int64_t count);
   const float* freqs_for(int64_t block) const {
     return cfg_.compress_ratios[static_cast<size_t>(block)] > 0 ? freqs_compressed_ : freqs_plain_;
   }
@@ -371,6 +372,11 @@ class CudaModel final : public ForwardModel {
   // block of the last chunk.
   std::vector<std::chrono::steady_clock::time_point> block_host_;
   std::vector<double> block_host_ms_;
+  // time_blocks: host clock at forward()'s entry and after the step's synchronisation, and the
+  // last forward's host phases (cuda_forward_step_phase_ms).
+  std::chrono::steady_clock::time_point step_enter_, step_checked_, step_prev_synced_,
+      step_tables_begin_, step_tables_end_, step_synced_;
+  std::vector<double> step_phase_ms_;
   void mark_block(size_t k) {
     if (!cuda_.time_blocks) return;
     block_events_[k].record(stream_.get());
@@ -876,24 +882,6 @@ void CudaModel::trace_dev(int64_t block, std::string_view name, const void* dev,
   tracer_->record(full, wide, shape);
 }
 
-void CudaModel::widen_act(const void* src, float* dst, int64_t count) {
-  ConvertParams c;
-  c.src = src;
-  c.src_precision = act_;
-  c.dst = dst;
-  c.dst_precision = ActPrecision::kF32;
-  c.n = count;
-  convert_values(c, ls_);
-  after("convert_values");
-}
-
-void CudaModel::round_to_act_in_place(float* x, int64_t count) {
-  if (act_ == ActPrecision::kF32) return;
-  void* tmp = act("round.tmp", count);
-  round_to_act(x, tmp, count);
-  widen_act(tmp, x, count);
-}
-
 void CudaModel::round_to_act(const float* src, void* dst, int64_t count) {
   ConvertParams c;
   c.src = src;
@@ -941,14 +929,18 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   DI_CHECK(R <= 65535, "forward: {} tokens in one step (at most 65535)", R);
   // The pinned uploads of the previous step are free once its copies ran (a no-op wait after a
   // completed step; after a step that threw, queued copies may still read them).
+  step_checked_ = std::chrono::steady_clock::now();
   stream_.synchronize();
   side_.synchronize();
+  step_prev_synced_ = std::chrono::steady_clock::now();
   uploads_.reset();
   ls_ = stream_.get();  // a step that threw between the fork and the join left the side stream
   op_count_ = 0;        // a step that threw left its events unread
   if (cuda_.start_delay_us > 0) gpu_spin(cuda_.start_delay_us, stream_.get());
   mark_op("(step start)");
+  step_tables_begin_ = std::chrono::steady_clock::now();
   build_tables(step);
+  step_tables_end_ = std::chrono::steady_clock::now();
 
   // Step inputs per row: position, table batch row, the chunk's first position and first row
   // (the attention's chunk_kv rows); per sequence the end of its chunk.
@@ -1150,6 +1142,7 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   }
   mark_block(static_cast<size_t>(cfg_.num_layers) + 1);
   stream_.synchronize();
+  step_synced_ = std::chrono::steady_clock::now();
   collect_op_times();
   if (cuda_.time_blocks) {
     block_ms_.clear();
@@ -1516,15 +1509,16 @@ void CudaModel::indexer(int64_t i, const Step& step, Shared& shared, const void*
   after("index_query_pack");
   float* weights = buf<float>("index.w", S * IH);
   gemv_bf16(xn, S, w.idx_weights_proj, weights);
-  round_to_act_in_place(weights, S * IH);  // bf16 weights: an activation in the reference
+  // bf16 precision: the projection is a bf16 activation in the reference, and so is its product
+  // with the scalar (both roundings in the one launch).
   ScaleParams sp;
   sp.x = weights;
   sp.n = S * IH;
   sp.s = static_cast<float>(std::pow(static_cast<double>(IHD), -0.5) *
                             std::pow(static_cast<double>(IH), -0.5));
+  sp.round_bf16 = act_ == ActPrecision::kBF16;
   scale_values(sp, stream_.get());
   after("scale_values");
-  round_to_act_in_place(weights, S * IH);  // (bf16 tensor) * scalar
   trace_dev(i, "index.weights", weights, {S, IH});
 
   // Whose keys: the owner's own (intended) or, per sequence, the last published slot (shipped
@@ -1839,8 +1833,22 @@ ForwardResult CudaModel::forward(std::span<const SequenceChunk> chunks) {
   res.main_hidden.resize(chunks.size());
   res.all_logits.resize(chunks.size());
   if (chunks.empty()) return res;
+  step_enter_ = std::chrono::steady_clock::now();
   Step step;
   forward_step(step, chunks, res);
+  if (cuda_.time_blocks) {
+    auto ms = [](auto a, auto b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    step_phase_ms_ = {ms(step_enter_, step_checked_),
+                      ms(step_checked_, step_prev_synced_),
+                      ms(step_prev_synced_, step_tables_begin_),
+                      ms(step_tables_begin_, step_tables_end_),
+                      ms(step_tables_end_, block_host_.front()),
+                      ms(block_host_.front(), block_host_.back()),
+                      ms(block_host_.back(), step_synced_),
+                      ms(step_synced_, std::chrono::steady_clock::now())};
+  }
   return res;
 }
 
@@ -1879,6 +1887,12 @@ std::vector<double> cuda_forward_block_ms(const ForwardModel& model) {
   const auto* m = dynamic_cast<const v41::CudaModel*>(&model);
   DI_CHECK(m != nullptr, "cuda_forward_block_ms: not a CUDA forward model");
   return m->block_ms();
+}
+
+std::vector<double> cuda_forward_step_phase_ms(const ForwardModel& model) {
+  const auto* m = dynamic_cast<const v41::CudaModel*>(&model);
+  DI_CHECK(m != nullptr, "cuda_forward_step_phase_ms: not a CUDA forward model");
+  return m->step_phase_ms();
 }
 
 std::vector<double> cuda_forward_block_host_ms(const ForwardModel& model) {

@@ -62,6 +62,12 @@ std::vector<double> cuda_forward_block_ms(const ForwardModel& model);
 // Host milliseconds between the same block boundaries (the time the host spent enqueuing each
 // block's launches). A block whose host time reaches its GPU time keeps the GPU waiting.
 std::vector<double> cuda_forward_block_host_ms(const ForwardModel& model);
+// Host milliseconds of the last forward call's phases (time_blocks): the input checks, waiting for
+// earlier GPU work on the model's streams, the pinned arena's reset, the page tables, the rest
+// before block 0 (Engram hashing, uploads, embedding), enqueuing the blocks and the head, waiting
+// for the GPU to finish, and after it (results). The GPU idles in all but the enqueuing and the
+// wait.
+std::vector<double> cuda_forward_step_phase_ms(const ForwardModel& model);
 
 // GPU time per op name summed over the forwards since the last reset (model loaded with
 // time_ops; di::Error otherwise): name, GPU milliseconds, number of launches, and the host
