@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/dense_ops/dense_ops_test_util.h"
 #include "sampling/sampler.h"
 
@@ -260,6 +262,87 @@ TEST(SamplerRows, LogitsRowIndirectionAndOutputBlock) {
       EXPECT_NEAR(o.result.logprobs->top[k].logprob, e.logprobs->top[k].logprob, 1e-9) << r;
     }
   }
+}
+
+// Host side, no GPU: the id lists a row uploads are those the CPU sampler reads (and checks):
+// the prompt only for a repetition penalty, the output for any penalty, the stop ids only while
+// min_tokens is pending.
+TEST(SamplerRowsHost, IdListsOnlyForThePenaltiesThatReadThem) {
+  const std::vector<int64_t> prompt = {5, 6, 7}, output = {8, 9}, eos = {1};
+  auto ranges = [&](const SamplingParams& sp, bool suppress) {
+    std::vector<int64_t> ids;
+    const SamplerRowParams r =
+        make_sampler_row(sp, 1, 10, prompt, output, eos, suppress, kSamplerVocab, ids);
+    return std::vector<int64_t>{r.prompt_end - r.prompt_begin, r.output_end - r.output_begin,
+                                r.suppress_end - r.suppress_begin,
+                                static_cast<int64_t>(ids.size())};
+  };
+  SamplingParams plain = with(1.0);
+  plain.stop_token_ids = {2, 3};
+  EXPECT_EQ(ranges(plain, false), (std::vector<int64_t>{0, 0, 0, 0}));
+  EXPECT_EQ(ranges(plain, true), (std::vector<int64_t>{0, 0, 3, 3}));  // EOS + two stop ids
+  SamplingParams rep = plain;
+  rep.repetition_penalty = 1.1;
+  EXPECT_EQ(ranges(rep, false), (std::vector<int64_t>{3, 2, 0, 5}));
+  SamplingParams freq = plain;
+  freq.frequency_penalty = 0.5;
+  EXPECT_EQ(ranges(freq, false), (std::vector<int64_t>{0, 2, 0, 2}));
+  SamplingParams presence = plain;
+  presence.presence_penalty = -0.5;
+  EXPECT_EQ(ranges(presence, true), (std::vector<int64_t>{0, 2, 3, 5}));
+}
+
+// Host side, no GPU: SamplerOutputBlock's packing (bind's pointers into one block) and the
+// reading of a row back as the CPU sampler's result, or its status as the CPU's error text.
+TEST(SamplerRowsHost, OutputBlockPacksAndReadsRows) {
+  constexpr int64_t kRows = 3;
+  const SamplerOutputBlock block(kRows);
+  std::vector<std::byte> mem(block.bytes() + 16);
+  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(mem.data()) + 15) / 16 *
+                                            16);  // bind wants 16-byte alignment
+  SamplerParams p;
+  block.bind(p, base);
+  for (const void* q :
+       {static_cast<const void*>(p.tokens), static_cast<const void*>(p.status),
+        static_cast<const void*>(p.top_ids), static_cast<const void*>(p.top_logprobs),
+        static_cast<const void*>(p.token_logprob), static_cast<const void*>(p.token_rank)}) {
+    ASSERT_GE(static_cast<const std::byte*>(q), base);
+    ASSERT_LT(static_cast<const std::byte*>(q), base + block.bytes());
+  }
+  for (int64_t r = 0; r < kRows; ++r) {
+    p.tokens[r] = 100 + r;
+    p.status[r] = 0;
+    p.token_logprob[r] = -0.5 * static_cast<double>(r);
+    p.token_rank[r] = r + 1;
+    for (int k = 0; k < kSamplerMaxLogprobs; ++k) {
+      p.top_ids[r * kSamplerMaxLogprobs + k] = 1000 * r + k;
+      p.top_logprobs[r * kSamplerMaxLogprobs + k] = -static_cast<double>(k);
+    }
+  }
+  p.status[2] = static_cast<int32_t>(SamplerStatus::kNaN);
+  const std::span<const std::byte> host(base, block.bytes());
+  const SampleOutcome plain = block.row(host, 0, -1);
+  EXPECT_EQ(plain.error, "");
+  EXPECT_EQ(plain.result.token_id, 100);
+  EXPECT_FALSE(plain.result.logprobs.has_value());
+  const SampleOutcome lp = block.row(host, 1, 3);
+  ASSERT_TRUE(lp.result.logprobs.has_value());
+  EXPECT_EQ(lp.result.token_id, 101);
+  EXPECT_EQ(lp.result.logprobs->token.token_id, 101);
+  EXPECT_EQ(lp.result.logprobs->token.logprob, -0.5);
+  EXPECT_EQ(lp.result.logprobs->token.rank, 2);
+  ASSERT_EQ(lp.result.logprobs->top.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(lp.result.logprobs->top[static_cast<size_t>(k)].token_id, 1000 + k);
+    EXPECT_EQ(lp.result.logprobs->top[static_cast<size_t>(k)].logprob, -static_cast<double>(k));
+    EXPECT_EQ(lp.result.logprobs->top[static_cast<size_t>(k)].rank, k + 1);
+  }
+  const SampleOutcome bad = block.row(host, 2, 5);
+  EXPECT_EQ(bad.error, sampler_status_message(static_cast<int32_t>(SamplerStatus::kNaN)));
+  EXPECT_NE(bad.error.find("NaN"), std::string::npos);
+  EXPECT_THROW(block.row(host, kRows, -1), Error);       // no such row
+  EXPECT_THROW(block.row(host.first(8), 0, -1), Error);  // a short copy
+  EXPECT_NE(sampler_status_message(99).find("99"), std::string::npos);
 }
 
 TEST(SamplerErrors, NanRowGivesStatus) {
