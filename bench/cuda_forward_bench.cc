@@ -222,6 +222,20 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
   return true;
 }
 
+// GPU and host time per op (cuda_forward_op_times), largest first, per one of `steps` steps.
+void print_op_table(const char* title, const char* time_column,
+                    const std::vector<di::CudaOpTime>& times, double steps) {
+  double all = 0;
+  for (const di::CudaOpTime& t : times)
+    all += t.ms;
+  std::printf("%-28s %10s %9s %7s %10s\n", title, time_column, "launches", "share", "host us");
+  for (const di::CudaOpTime& t : times) {
+    std::printf("%-28s %10.1f %9.1f %6.1f%% %10.1f\n", t.op.c_str(), 1e3 * t.ms / steps,
+                static_cast<double>(t.launches) / steps, 100.0 * t.ms / all,
+                1e3 * t.host_ms / steps);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -326,16 +340,7 @@ int main(int argc, char** argv) {
       if (s == std::min<int64_t>(1, batch - 1) && ops) {
         // The op table of sequence 1's prefill (of sequence 0's when it is alone: that first
         // forward also grows the buffers).
-        const std::vector<di::CudaOpTime> times = di::cuda_forward_op_times(*model);
-        double all = 0;
-        for (const di::CudaOpTime& t : times)
-          all += t.ms;
-        std::printf("%-28s %10s %9s %7s %10s\n", "op (prefill of one sequence)", "us", "launches",
-                    "share", "host us");
-        for (const di::CudaOpTime& t : times) {
-          std::printf("%-28s %10.1f %9lld %6.1f%% %10.1f\n", t.op.c_str(), 1e3 * t.ms,
-                      static_cast<long long>(t.launches), 100.0 * t.ms / all, 1e3 * t.host_ms);
-        }
+        print_op_table("op (prefill of one sequence)", "us", di::cuda_forward_op_times(*model), 1);
       }
     }
     const auto t2 = std::chrono::steady_clock::now();
@@ -358,7 +363,7 @@ int main(int argc, char** argv) {
       for (size_t s = 0; s < chunks.size(); ++s) {
         chunks[s] = di::SequenceChunk{seqs[s].get(), std::span<const int64_t>(&next[s], 1)};
         sampling[s].params = &greedy;
-        sampling[s].position = seqs[s]->num_tokens() + 1;
+        sampling[s].row.position = seqs[s]->num_tokens() + 1;
         if (!host_logits) chunks[s].sampling = &sampling[s];
       }
       const di::ForwardResult r = model->forward(chunks);
@@ -434,18 +439,8 @@ int main(int argc, char** argv) {
         total_us, total_floor, total_us / total_floor, head_us, static_cast<long long>(batch));
     if (ops) {
       // Per decode step; the events themselves add ~1-2 us per launch.
-      std::printf("%-28s %10s %9s %7s %10s\n", "op (decode step)", "us/step", "launches", "share",
-                  "host us");
-      double all = 0;
-      const std::vector<di::CudaOpTime> times = di::cuda_forward_op_times(*model);
-      for (const di::CudaOpTime& t : times)
-        all += t.ms;
-      for (const di::CudaOpTime& t : times) {
-        std::printf("%-28s %10.1f %9.1f %6.1f%% %10.1f\n", t.op.c_str(),
-                    1e3 * t.ms / static_cast<double>(decode),
-                    static_cast<double>(t.launches) / static_cast<double>(decode),
-                    100.0 * t.ms / all, 1e3 * t.host_ms / static_cast<double>(decode));
-      }
+      print_op_table("op (decode step)", "us/step", di::cuda_forward_op_times(*model),
+                     static_cast<double>(decode));
     }
     if (!extrapolate_to.empty() && !extrapolate(extrapolate_to, cfg, plan, block_us, head_us,
                                                 prompt + decode / 2, batch, copy, gpus)) {

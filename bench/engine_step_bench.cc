@@ -49,7 +49,7 @@ class StubModel : public di::ForwardModel {
           static_cast<int64_t>(chunks[i].token_ids.size());
       const di::ChunkSampling* s = chunks[i].sampling;
       if (s == nullptr) continue;
-      uint64_t h = s->seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(s->position);
+      uint64_t h = s->row.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(s->row.position);
       h ^= h >> 29;
       h *= 0xBF58476D1CE4E5B9ull;
       h ^= h >> 32;

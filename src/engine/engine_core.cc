@@ -310,9 +310,7 @@ std::vector<EngineCore::Update> EngineCore::step() {
           static_cast<int64_t>(r.tokens.size())) {
         continue;  // prefill goes on
       }
-      const SamplerRow in = sampler_row(r);
-      sampling.push_back(ChunkSampling{&r.spec.params, in.seed, in.position, in.prompt_ids,
-                                       in.output_ids, in.eos_ids, in.suppress_stop_tokens});
+      sampling.push_back(ChunkSampling{&r.spec.params, sampler_row(r)});
       chunks[i].sampling = &sampling.back();
     }
   }

@@ -43,8 +43,9 @@ std::vector<bool> CudaChunkSampler::enqueue(std::span<const SequenceChunk> chunk
     if (s == nullptr || s->params == nullptr) continue;
     const size_t keep = ids.size();
     try {
-      rows.push_back(make_sampler_row(*s->params, s->seed, s->position, s->prompt_ids,
-                                      s->output_ids, s->eos_ids, s->suppress_stop_tokens, vocab,
+      const SamplerRow& in = s->row;
+      rows.push_back(make_sampler_row(*s->params, in.seed, in.position, in.prompt_ids,
+                                      in.output_ids, in.eos_ids, in.suppress_stop_tokens, vocab,
                                       ids));
     } catch (const Error&) {
       ids.resize(keep);  // the host sampler reports this chunk's error

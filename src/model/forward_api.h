@@ -40,16 +40,12 @@ class SequenceState {
 };
 
 // The sampling of a chunk's last position, for backends that sample where the logits are (the
-// CUDA backend: only token ids and logprobs come back, not the [vocab] logits row). The inputs of
-// sample_row (sampling/sampler.h) but the logits; the spans must stay valid during forward().
+// CUDA backend: only token ids and logprobs come back, not the [vocab] logits row): the inputs of
+// sample_row (sampling/sampler.h); row.logits is left empty (the backend's own logits row). The
+// spans must stay valid during forward().
 struct ChunkSampling {
   const deepinfer::SamplingParams* params = nullptr;
-  uint64_t seed = 0;
-  int64_t position = 0;  // absolute position of the sampled token
-  std::span<const int64_t> prompt_ids;
-  std::span<const int64_t> output_ids;
-  std::span<const int64_t> eos_ids;
-  bool suppress_stop_tokens = false;
+  SamplerRow row;
 };
 
 // One sequence's chunk in a batched forward: the tokens continue that sequence at position

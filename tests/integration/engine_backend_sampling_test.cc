@@ -45,18 +45,12 @@ class SamplingBackend : public ForwardModel {
       if (s == nullptr) continue;
       ++sampled_;
       SampleOutcome o;
-      if (s->seed == kFailingSeed) {
+      if (s->row.seed == kFailingSeed) {
         o.error = "injected failure";
       } else {
         const std::vector<float> row(r.logits[i].begin(), r.logits[i].end());
-        SamplerRow in;
+        SamplerRow in = s->row;
         in.logits = row;
-        in.seed = s->seed;
-        in.position = s->position;
-        in.prompt_ids = s->prompt_ids;
-        in.output_ids = s->output_ids;
-        in.eos_ids = s->eos_ids;
-        in.suppress_stop_tokens = s->suppress_stop_tokens;
         o.result = sample_row(*s->params, in);
       }
       r.sampled[i] = std::move(o);
