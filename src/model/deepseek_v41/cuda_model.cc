@@ -377,6 +377,9 @@ class CudaModel final : public ForwardModel {
   std::chrono::steady_clock::time_point step_enter_, step_checked_, step_prev_synced_,
       step_tables_begin_, step_tables_end_, step_synced_;
   std::vector<double> step_phase_ms_;
+  void stamp(std::chrono::steady_clock::time_point& t) const {
+    if (cuda_.time_blocks) t = std::chrono::steady_clock::now();
+  }
   void mark_block(size_t k) {
     if (!cuda_.time_blocks) return;
     block_events_[k].record(stream_.get());
@@ -929,18 +932,18 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   DI_CHECK(R <= 65535, "forward: {} tokens in one step (at most 65535)", R);
   // The pinned uploads of the previous step are free once its copies ran (a no-op wait after a
   // completed step; after a step that threw, queued copies may still read them).
-  step_checked_ = std::chrono::steady_clock::now();
+  stamp(step_checked_);
   stream_.synchronize();
   side_.synchronize();
-  step_prev_synced_ = std::chrono::steady_clock::now();
+  stamp(step_prev_synced_);
   uploads_.reset();
   ls_ = stream_.get();  // a step that threw between the fork and the join left the side stream
   op_count_ = 0;        // a step that threw left its events unread
   if (cuda_.start_delay_us > 0) gpu_spin(cuda_.start_delay_us, stream_.get());
   mark_op("(step start)");
-  step_tables_begin_ = std::chrono::steady_clock::now();
+  stamp(step_tables_begin_);
   build_tables(step);
-  step_tables_end_ = std::chrono::steady_clock::now();
+  stamp(step_tables_end_);
 
   // Step inputs per row: position, table batch row, the chunk's first position and first row
   // (the attention's chunk_kv rows); per sequence the end of its chunk.
@@ -1142,7 +1145,7 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   }
   mark_block(static_cast<size_t>(cfg_.num_layers) + 1);
   stream_.synchronize();
-  step_synced_ = std::chrono::steady_clock::now();
+  stamp(step_synced_);
   collect_op_times();
   if (cuda_.time_blocks) {
     block_ms_.clear();
@@ -1833,7 +1836,7 @@ ForwardResult CudaModel::forward(std::span<const SequenceChunk> chunks) {
   res.main_hidden.resize(chunks.size());
   res.all_logits.resize(chunks.size());
   if (chunks.empty()) return res;
-  step_enter_ = std::chrono::steady_clock::now();
+  stamp(step_enter_);
   Step step;
   forward_step(step, chunks, res);
   if (cuda_.time_blocks) {
