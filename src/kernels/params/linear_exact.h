@@ -20,9 +20,10 @@
 namespace di {
 
 enum class ExactWeightFormat : uint8_t {
-  kFp8Block,  // e4m3 codes [n, k], UE8M0 scales [ceil(n / bn), ceil(k / bk)]
-  kFp4Row,    // e2m1 pairs [n, k / 2] (low nibble = even column), UE8M0 scales [n, k / 32]
-  kBf16,      // bf16 [n, k] (weight_scale unused)
+  kFp8Block,        // e4m3 codes [n, k], UE8M0 scales [ceil(n / bn), ceil(k / bk)]
+  kFp4Row,          // e2m1 pairs [n, k / 2] (low nibble = even column), UE8M0 scales [n, k / 32]
+  kFp4ExpertTiled,  // the same codes in the GPU's tiled expert order (kernels/params/moe.h)
+  kBf16,            // bf16 [n, k] (weight_scale unused)
 };
 
 struct LinearExactParams {
@@ -44,8 +45,8 @@ struct LinearExactParams {
 // The routed experts over their (token, slot) pairs, in the tile order of moe_expert_tiles: for
 // pair p of tile expert e and column c < mats * n, out[p, c] = sum_k x[a(p), k] * W_{c / n, e}[c %
 // n, k] with a(p) = pair_index[p] / topk (pair_index given) or p. FP4 weights (Fp4ExpertMatrix,
-// [mats * experts] as for moe_expert_gemm), activations e4m3 codes + UE8M0 scales per 32 in the
-// natural column order.
+// tiled codes, [mats * experts] as for moe_expert_gemm), activations e4m3 codes + UE8M0 scales per
+// 32 in the natural column order.
 struct GroupedLinearExactParams {
   const uint8_t* xq = nullptr;  // [activation rows, k]
   const uint8_t* xs = nullptr;  // [activation rows, k / 32]

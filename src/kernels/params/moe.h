@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/host_device.h"
 #include "kernels/params/dense_ops.h"
 
 namespace di {
@@ -95,7 +96,31 @@ struct MoeExpertTilesParams {
   MoeExpertTile* tiles = nullptr;        // [moe_expert_tile_bound(experts, pairs, tile_tokens)]
 };
 
-// One expert matrix as the checkpoint stores it: e2m1 codes [n, k / 2] (two per byte, the low
+// The routed experts' e2m1 codes on the GPU are tiled, not in the checkpoint's row-major [n, k / 2]
+// order (pack_fp4_expert_codes regroups them once, at upload): [n / 64][ceil(k / 128)][64 rows]
+// [64 bytes]. A tile is 64 rows x 128 columns, 4 KiB contiguous, and the K tiles of a row block
+// follow each other, so the expert GEMM's warps stream long sequential runs instead of 64-byte
+// pieces k / 2 bytes apart (DRAM row locality; docs/design/cuda_moe.md). The last K tile of a row
+// block is zero-padded when k % 128 != 0, and the last row block when n % 64 != 0. Scales keep
+// the checkpoint's [n, k / 32].
+inline constexpr int64_t kFp4TileRows = 64;
+inline constexpr int64_t kFp4TileCols = 128;
+inline constexpr int64_t kFp4TileRowBytes = kFp4TileCols / 2;
+inline constexpr int64_t kFp4TileBytes = kFp4TileRows * kFp4TileRowBytes;
+
+DI_HOST_DEVICE constexpr int64_t fp4_expert_k_tiles(int64_t k) {
+  return (k + kFp4TileCols - 1) / kFp4TileCols;
+}
+DI_HOST_DEVICE constexpr int64_t fp4_expert_codes_bytes(int64_t n, int64_t k) {
+  return (n + kFp4TileRows - 1) / kFp4TileRows * fp4_expert_k_tiles(k) * kFp4TileBytes;
+}
+// Where the byte of columns (2 b, 2 b + 1) of `row` lies in the tiled codes.
+DI_HOST_DEVICE constexpr int64_t fp4_expert_code_offset(int64_t row, int64_t b, int64_t k) {
+  return ((row / kFp4TileRows) * fp4_expert_k_tiles(k) + b / kFp4TileRowBytes) * kFp4TileBytes +
+         (row % kFp4TileRows) * kFp4TileRowBytes + b % kFp4TileRowBytes;
+}
+
+// One expert matrix on the GPU: e2m1 codes of [n, k] tiled as above (two per byte, the low
 // nibble is the even column) and UE8M0 scales [n, k / 32]; device pointers, 16-byte aligned.
 struct Fp4ExpertMatrix {
   const uint8_t* codes = nullptr;

@@ -19,6 +19,7 @@
 #include <future>
 #include <initializer_list>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -552,12 +553,14 @@ void CudaModel::upload_weights() {
     }
     if (w.idx_wq_b) d.idx_wq_b = fp8(*w.idx_wq_b, P + "indexer.wq_b");
     if (w.idx_weights_proj) d.idx_weights_proj = bf16(*w.idx_weights_proj, P + "indexer.wproj");
-    // MoE: router, routed experts (FP4 as stored), shared expert with w1 | w3 concatenated.
+    // MoE: router, routed experts (FP4 codes regrouped into the GPU's tiled order, scales as
+    // stored), shared expert with w1 | w3 concatenated.
     d.gate = bf16(w.gate, P + "ffn.gate");
     d.gate_bias = f32(w.gate_bias, P + "ffn.gate.bias");
     d.gate_bias_vl = f32(w.gate_bias_vl, P + "ffn.gate.bias_vl");
     const size_t E = w.experts.size();
     std::vector<Fp4ExpertMatrix> w13(2 * E), w2(E);
+    std::vector<uint8_t> tiled;  // one matrix's codes in the tiled order, reused
     for (size_t e = 0; e < E; ++e) {
       const ExpertWeights& ew = w.experts[e];
       const std::string ep = P + "ffn.experts." + std::to_string(e);
@@ -565,8 +568,15 @@ void CudaModel::upload_weights() {
         DI_CHECK(m.format == cpu::WeightFormat::kFp4Row,
                  "CUDA backend: {} is not an FP4 expert weight (the routed-expert GEMM is FP4)",
                  tag);
-        return Fp4ExpertMatrix{static_cast<const uint8_t*>(pool_.upload(m.weight.bytes(), tag)),
-                               static_cast<const uint8_t*>(pool_.upload(m.scale.bytes(), tag))};
+        DI_CHECK(static_cast<int64_t>(m.weight.bytes().size()) == m.rows * m.cols / 2,
+                 "CUDA backend: {} holds {} bytes of FP4 codes, expected {} x {} / 2", tag,
+                 m.weight.bytes().size(), m.rows, m.cols);
+        tiled.resize(static_cast<size_t>(fp4_expert_codes_bytes(m.rows, m.cols)));
+        pack_fp4_expert_codes(reinterpret_cast<const uint8_t*>(m.weight.bytes().data()), m.rows,
+                              m.cols, tiled.data());
+        return Fp4ExpertMatrix{
+            static_cast<const uint8_t*>(pool_.upload(std::as_bytes(std::span(tiled)), tag)),
+            static_cast<const uint8_t*>(pool_.upload(m.scale.bytes(), tag))};
       };
       w13[e] = fp4(ew.w1, ep + ".w1");
       w13[E + e] = fp4(ew.w3, ep + ".w3");

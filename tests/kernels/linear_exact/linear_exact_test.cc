@@ -25,6 +25,7 @@
 #include "core/tensor_view.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cuda/moe/moe_expert.cuh"
 #include "kernels/cuda/ops/act_quant.cuh"
 
 namespace di::linear_exact_test {
@@ -52,6 +53,7 @@ struct HostWeight {
                             {(n + 31) / 32, (k + 31) / 32}},
             32, 32, "w");
       case ExactWeightFormat::kFp4Row:
+      case ExactWeightFormat::kFp4ExpertTiled:  // host copies are the checkpoint's row order
         return cpu::fp4_row_weight(
             ConstTensorView{reinterpret_cast<const std::byte*>(w.data()), DType::kI8, {n, k / 2}},
             ConstTensorView{
@@ -235,7 +237,9 @@ TEST(LinearExactGpu, GroupedExpertsBitwise) {
     w3.push_back(random_weight(ExactWeightFormat::kFp4Row, n, k, 300 + e));
     for (int m = 0; m < 2; ++m) {
       const HostWeight& hw = m == 0 ? w1.back() : w3.back();
-      keep.push_back(upload(hw.w, st));
+      std::vector<uint8_t> tiled(static_cast<size_t>(fp4_expert_codes_bytes(n, k)));
+      pack_fp4_expert_codes(hw.w.data(), n, k, tiled.data());
+      keep.push_back(upload(tiled, st));
       keep.push_back(upload(hw.s, st));
       mats[static_cast<size_t>(m * experts + e)] =
           Fp4ExpertMatrix{keep[keep.size() - 2].as<uint8_t>(), keep.back().as<uint8_t>()};

@@ -52,6 +52,13 @@ struct Fp4Matrix {
   DeviceBuffer d_codes, d_scales;
 };
 
+// The checkpoint's row-major codes [n, k / 2] in the GPU's tiled order.
+std::vector<uint8_t> tiled_codes(const std::vector<uint8_t>& codes, int64_t n, int64_t k) {
+  std::vector<uint8_t> out(static_cast<size_t>(fp4_expert_codes_bytes(n, k)));
+  pack_fp4_expert_codes(codes.data(), n, k, out.data());
+  return out;
+}
+
 Fp4Matrix random_fp4(int64_t n, int64_t k, uint64_t seed, cudaStream_t st) {
   std::mt19937_64 rng(seed);
   Fp4Matrix m;
@@ -71,7 +78,7 @@ Fp4Matrix random_fp4(int64_t n, int64_t k, uint64_t seed, cudaStream_t st) {
                           "expert");
   m.dec.resize(static_cast<size_t>(n * k));
   cpu::decode_rows(ref, 0, n, m.dec.data());
-  m.d_codes = upload(m.codes, st, "fp4 codes");
+  m.d_codes = upload(tiled_codes(m.codes, n, k), st, "fp4 codes");
   m.d_scales = upload(m.scales, st, "fp4 scales");
   return m;
 }
@@ -604,6 +611,47 @@ TEST(MoeExpertLaunch, TileBoundsAndRegime) {
   EXPECT_EQ(moe_expert_tile_tokens(kE, 32 * kE), kMoeTileTokensPrefill);
   EXPECT_THROW(moe_expert_tile_bound(0, 6), Error);
   EXPECT_THROW(moe_expert_tile_bound(kE, 6, 16), Error);
+}
+
+// The tiled FP4 codes (host packing, run in CI): every checkpoint byte lands exactly once, a K
+// tile of a 64-row block is 4 KiB of consecutive memory whose 64-byte lines are its rows in order
+// (what the GEMM's cp.async addressing assumes), and the padding of partial tiles is zero.
+TEST(MoeExpertLaunch, TiledCodesHoldEveryByteOnceInKTiles) {
+  const struct {
+    int64_t n, k;
+  } shapes[] = {{128, 5120}, {64, 192}, {192, 64}, {96, 96}, {2304, 512}};
+  std::mt19937_64 rng(77);
+  for (const auto& s : shapes) {
+    const int64_t row_bytes = s.k / 2, tiles = (s.k + 127) / 128, blocks = (s.n + 63) / 64;
+    std::vector<uint8_t> src(static_cast<size_t>(s.n * row_bytes));
+    for (auto& b : src)
+      b = static_cast<uint8_t>(rng() | 1);  // never 0: a zero in the output is padding
+    const std::vector<uint8_t> out = tiled_codes(src, s.n, s.k);
+    ASSERT_EQ(static_cast<int64_t>(out.size()), blocks * tiles * 4096) << s.n << "x" << s.k;
+    std::vector<int> hits(out.size(), 0);
+    for (int64_t r = 0; r < s.n; ++r)
+      for (int64_t b = 0; b < row_bytes; ++b) {
+        const int64_t o = fp4_expert_code_offset(r, b, s.k);
+        ASSERT_TRUE(o >= 0 && o < static_cast<int64_t>(out.size()));
+        ++hits[static_cast<size_t>(o)];
+        // Tile (r / 64, b / 64) starts at 4 KiB * (r / 64 * tiles + b / 64); row r % 64 is its
+        // line r % 64.
+        const int64_t tile_base = ((r / 64) * tiles + b / 64) * 4096;
+        ASSERT_EQ(o, tile_base + (r % 64) * 64 + b % 64);
+        ASSERT_EQ(out[static_cast<size_t>(o)], src[static_cast<size_t>(r * row_bytes + b)]);
+      }
+    int64_t padding = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_LE(hits[i], 1);
+      if (hits[i] == 0) {
+        ASSERT_EQ(out[i], 0) << "padding byte " << i;
+        ++padding;
+      }
+    }
+    EXPECT_EQ(padding, static_cast<int64_t>(out.size()) - s.n * row_bytes);
+  }
+  std::vector<uint8_t> bad(64 * 24), dst(fp4_expert_codes_bytes(64, 48));
+  EXPECT_THROW(pack_fp4_expert_codes(bad.data(), 64, 48, dst.data()), Error);  // k % 32 != 0
 }
 
 }  // namespace

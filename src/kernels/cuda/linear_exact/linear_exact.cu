@@ -41,7 +41,9 @@ __device__ __forceinline__ float weight_value(const WeightView& v, int64_t row, 
     const auto* w16 = reinterpret_cast<const uint16_t*>(v.w);
     return __uint_as_float(static_cast<uint32_t>(w16[row * v.k + col]) << 16);
   }
-  const uint8_t byte = v.w[row * (v.k / 2) + col / 2];
+  const uint8_t byte =
+      v.w[v.format == ExactWeightFormat::kFp4ExpertTiled ? fp4_expert_code_offset(row, col / 2, v.k)
+                                                         : row * (v.k / 2) + col / 2];
   const uint8_t nib =
       (col & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xF);
   const float s = e8m0_to_float(v.ws[row * (v.k / 32) + col / 32]);
@@ -108,7 +110,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kCols;  // within [0, mats * n)
   const int mat = static_cast<int>(c0 / p.n);
   const Fp4ExpertMatrix m = p.weights[mat * p.experts + tile.expert];
-  const WeightView v{ExactWeightFormat::kFp4Row, m.codes, m.scales, 1, 32, p.n, p.k, p.k / 32};
+  const WeightView v{
+      ExactWeightFormat::kFp4ExpertTiled, m.codes, m.scales, 1, 32, p.n, p.k, p.k / 32};
   const int64_t col0 = c0 - static_cast<int64_t>(mat) * p.n;
   const int64_t xs_cols = p.k / 32;
   for (int base = 0; base < tile.count; base += kRows) {
@@ -142,9 +145,10 @@ void linear_exact(const LinearExactParams& p, cudaStream_t stream) {
                (p.weight_scale != nullptr || p.format == ExactWeightFormat::kBf16) &&
                p.y != nullptr,
            "linear_exact: null weight / scale / output (n={} k={})", p.n, p.k);
-  DI_CHECK(p.format == ExactWeightFormat::kFp8Block ? (p.bn > 0 && p.bk > 0)
-           : p.format == ExactWeightFormat::kFp4Row ? p.k % 32 == 0
-                                                    : true,
+  DI_CHECK(p.format == ExactWeightFormat::kFp8Block         ? (p.bn > 0 && p.bk > 0)
+           : p.format == ExactWeightFormat::kFp4Row         ? p.k % 32 == 0
+           : p.format == ExactWeightFormat::kFp4ExpertTiled ? p.k % 32 == 0
+                                                            : true,
            "linear_exact: bad weight blocks {}x{} for k={}", p.bn, p.bk, p.k);
   DI_CHECK(p.m <= int64_t{65535} * kRows, "linear_exact: {} rows is too many for one launch", p.m);
   if (p.m == 0) return;

@@ -6,7 +6,8 @@
 //   CTAs of a slice form a cluster and split K in halves (a fixed split: a function of k only),
 //   4 CTAs per SM. Each of the CTA's 4 warps (one warpgroup) owns 16 rows of each of the CTA's
 //   two m64 tiles and streams them through its own 5-stage cp.async ring (128 K-columns = 4
-//   scale blocks = 2 KiB per stage); the same copy groups bring the stage's activations (8 tokens
+//   scale blocks = 2 KiB per stage: one K tile of the tiled codes, two contiguous 1 KiB runs);
+//   the same copy groups bring the stage's activations (8 tokens
 //   x 4 blocks, gathered through pair_index for w1/w3, a quarter per warp) into a CTA ring, so
 //   nothing waits for a prologue. Hopper has no FP4 tensor cores; an e2m1 nibble becomes an e4m3
 //   byte with two shifts and masks: sign to bit 7, the three magnitude bits to bits 4..2 — that
@@ -55,6 +56,8 @@ constexpr int kWarpRows = 16 * kMTiles;  // rows 16 w .. 16 w + 15 of each m64 t
 constexpr int kCtaRows = 64 * kMTiles;
 constexpr int kBlocks = 4;  // scale blocks of 32 K-columns per stage (8 measured 10-20 % slower)
 constexpr int kStageCols = 32 * kBlocks;
+static_assert(kStageCols == kFp4TileCols && kMTiles * 64 % kFp4TileRows == 0,
+              "a stage is one K tile of the tiled FP4 codes");
 constexpr int kStageBytes = kWarpRows * kStageCols / 2;  // e2m1 codes per warp and stage
 constexpr int kStages = 5;
 constexpr int kSplit = 2;                    // K halves per 128-row slice: a 2-CTA cluster
@@ -145,7 +148,6 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
   const int64_t out_cols = p.mats * p.n;
   const int64_t cta_col0 = static_cast<int64_t>(blockIdx.x / kSplit) * kCtaRows;
   const int mtiles = cta_col0 + 64 < out_cols ? kMTiles : 1;
-  const int64_t row_bytes = p.k / 2;
   const uint8_t* wcodes[kMTiles];
   const uint8_t* wscales[kMTiles];
 #pragma unroll
@@ -153,18 +155,19 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
     const int64_t col = cta_col0 + 64 * min(mt, mtiles - 1);
     const int64_t mat = col / p.n, row = col - mat * p.n + 16 * warp;
     const Fp4ExpertMatrix m = p.weights[mat * p.experts + tile.expert];
-    wcodes[mt] = m.codes + row * row_bytes;
+    wcodes[mt] = m.codes + fp4_expert_code_offset(row, 0, p.k);  // tiled: a stage is a K tile
     wscales[mt] = m.scales + row * kb;
   }
   // Weights: the lane's 16-byte chunks of a stage are block lane % 4 of the local rows
-  // lane / 4 + 8 i (tile i / 2). Activations: warp w copies block w of the stage for every group,
-  // chunk j = lane + 32 i being group j / 16, token (j & 15) / 2, the even or odd half by j % 2,
-  // from the interleaved rows (kGroups = 1: lanes 0-15 only).
+  // lane / 4 + 8 i (tile i / 2); the warp's 16 rows of a K tile are 1 KiB contiguous. Activations:
+  // warp w copies block w of the stage for every group, chunk j = lane + 32 i being group j / 16,
+  // token (j & 15) / 2, the even or odd half by j % 2, from the interleaved rows (kGroups = 1:
+  // lanes 0-15 only).
   const int wc = lane % kBlocks;
   const uint8_t* wsrc[kBlocks];
 #pragma unroll
   for (int i = 0; i < kBlocks; ++i)
-    wsrc[i] = wcodes[i / 2] + ((lane >> 2) + 8 * i) % 16 * row_bytes + wc * 16;
+    wsrc[i] = wcodes[i / 2] + ((lane >> 2) + 8 * i) % 16 * kFp4TileRowBytes + wc * 16;
   constexpr int kBIter = kGroups == 1 ? 1 : kGroups / 2;
   const uint8_t* bsrc[kBIter];
   int bdst[kBIter];
@@ -186,7 +189,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
 #pragma unroll
     for (int i = 0; i < kBlocks; ++i) {
       const int r = (lane >> 2) + 8 * i;
-      cp_async16(dst + ring_offset(r, wc), wsrc[i] + (valid ? gs * (kStageCols / 2) : 0), valid);
+      cp_async16(dst + ring_offset(r, wc), wsrc[i] + (valid ? gs * kFp4TileBytes : 0), valid);
     }
     uint8_t* bdst_stage = bring + (s % kStages) * kGroups * kBStageBytes;
     const bool bblock = gs * kBlocks + warp < kb;

@@ -21,6 +21,11 @@ int64_t moe_expert_tile_bound(int32_t experts, int64_t pairs, int32_t tile_token
 // outputs are bitwise the same either way).
 int32_t moe_expert_tile_tokens(int32_t experts, int64_t pairs);
 
+// The checkpoint's row-major e2m1 codes [n, k / 2] of one expert matrix regrouped into the tiled
+// order of the GPU (kernels/params/moe.h): dst holds fp4_expert_codes_bytes(n, k) bytes. Host
+// code, done once at upload; k % 32 == 0, else di::Error.
+void pack_fp4_expert_codes(const uint8_t* src, int64_t n, int64_t k, uint8_t* dst);
+
 // Tile list (expert, first pair, count) from moe_permute's offsets.
 void moe_expert_tiles(const MoeExpertTilesParams& params, cudaStream_t stream);
 
