@@ -423,5 +423,32 @@ TEST_F(MhcCudaTest, PipelineDepthsGridsAndTilesAgreeBitwise) {
   }
 }
 
+// The decode pass (a CTA per split and 16-d block, a warp per n-tile of mixes) gives bitwise the
+// outputs of the small-tile partial kernel, for every decode token count and several dims
+// (V4.1, V4, one chunk per split, one split).
+TEST_F(MhcCudaTest, DecodePassIsBitwiseTheTiledPass) {
+  for (int64_t dim : {5120, 4096, 256, 64}) {
+    for (MhcStorage st : {MhcStorage::kF32, MhcStorage::kBf16}) {
+      for (int64_t tokens : {1, 5, 16}) {
+        const Site site = random_site(dim, 300 + static_cast<uint64_t>(dim));
+        const auto x = random_values(static_cast<size_t>(tokens * kHc * dim), 301, 1.0f, st);
+        const auto carried =
+            random_values(static_cast<size_t>(tokens * kHc), 302, 0.5f, MhcStorage::kF32);
+        const PreOut a = run_pre(site, x, carried, tokens, dim, st, 2, MhcPreGrid::kPersistent,
+                                 MhcPreTile::kSmall);
+        const PreOut b = run_pre(site, x, carried, tokens, dim, st, 2, MhcPreGrid::kPersistent,
+                                 MhcPreTile::kDecode);
+        SCOPED_TRACE(testing::Message() << "dim " << dim << " tokens " << tokens << " bf16 "
+                                        << (st == MhcStorage::kBf16));
+        EXPECT_EQ(0, std::memcmp(a.collapsed.data(), b.collapsed.data(), a.collapsed.size() * 4));
+        EXPECT_EQ(0, std::memcmp(a.pre.data(), b.pre.data(), a.pre.size() * 4));
+        EXPECT_EQ(0, std::memcmp(a.post.data(), b.post.data(), a.post.size() * 4));
+        EXPECT_EQ(0, std::memcmp(a.comb.data(), b.comb.data(), a.comb.size() * 4));
+        EXPECT_FALSE(std::isnan(b.comb[0]));  // written (the outputs start as NaN)
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace di

@@ -49,8 +49,12 @@ enum class MhcPreGrid : uint8_t { kPersistent, kPerItem };
 // shape: few tiles per split, so fn loads must be in flight together). kAuto: small up to
 // kMhcPreSmallTileMaxTokens tokens (the small tiles of all splits then fit about one wave of an
 // H200 at 2 CTAs per SM; measured faster there: 22 vs 29 us at 256 bf16 tokens).
-enum class MhcPreTile : uint8_t { kAuto, kLarge, kSmall };
+// kDecode: up to kMhcPreDecodeMaxTokens tokens, one CTA per (split, 16-d block of a chunk) with
+// a warp per n-tile of mixes and everything staged at once (the stages and grid are then unused);
+// kAuto picks it there.
+enum class MhcPreTile : uint8_t { kAuto, kLarge, kSmall, kDecode };
 inline constexpr int64_t kMhcPreSmallTileMaxTokens = 256;
+inline constexpr int64_t kMhcPreDecodeMaxTokens = 16;
 
 // mhc_pre with a chosen pipeline depth (2 or 3 shared-memory stages), grid and tile, for
 // benchmarks and tests; mhc_pre uses the measured best (docs/design/cuda_mhc.md). Results are

@@ -21,6 +21,7 @@
 // order and run the sigmoid / softmax / Sinkhorn epilogue exactly as cpu::hc_mixes (row and column
 // sums gathered by shuffles and added in the CPU's order).
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -31,9 +32,12 @@
 #include "kernels/cuda/mhc/mhc.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/sm90_limits.h"
 
 namespace di {
 namespace {
+
+namespace cg = cooperative_groups;
 
 using cuda_detail::Bf16Pieces;
 using cuda_detail::bf16x2_bits;
@@ -434,6 +438,203 @@ __global__ void __launch_bounds__(kThreads, kSmall ? 1 : (kStages == 2 ? 3 : 2))
   cp_async_wait<0>();
 }
 
+// Decode shape (T <= kMhcPreDecodeMaxTokens): the partial kernel's per-warp accumulator chains
+// spread over more SMs. In mhc_pre_partial_kernel the warp w of a split owns d-block w of every
+// chunk, and its three n-tiles (mixes 8n .. 8n + 7) are three independent MMA chains over the
+// split's chunks and copies. Here a CTA is one (split, w) pair and its warp n runs n-tile n's
+// chain with exactly those MMAs in that order (warp 0 also does the sum of squares and the
+// collapse of the same fragment values), all of the CTA's fn blocks and rows staged by one
+// cp.async burst: 4 x as many CTAs as splits (64 at V4.1) instead of 16 CTAs of 4 warps that walk
+// the chunks one stage after another. (Requesting the fn blocks before the PDL wait measured no
+// faster in the forward: docs/PERF.md, twelfth session.) The 4 CTAs of a split are one cluster;
+// rank 0 adds their parts in the partial kernel's warp order ((w0 + w1) + w2) + w3 through
+// distributed shared memory and writes the split's partials: bitwise the same outputs (a test).
+constexpr int kDecodeWarpParts = kChunk / 16;  // the partial kernel's warps per CTA
+constexpr int kDecodeThreads = 3 * 32;         // one warp per n-tile
+constexpr int kFnBlockWords = 576;
+
+constexpr int kDecodeRedFloats = kDecodeWarpParts * 16 * kPartials;  // [part][row][25]
+
+template <MhcStorage S>
+constexpr int64_t decode_smem_bytes(int cps) {
+  using Elem = typename TileCfg<S>::Elem;
+  return int64_t{cps} * kMhcStreams * (kFnBlockWords * 4 + 16 * 16 * sizeof(Elem)) +
+         kDecodeRedFloats * 4;
+}
+
+template <MhcStorage S>
+__global__ void __cluster_dims__(kDecodeWarpParts, 1, 1) __launch_bounds__(kDecodeThreads)
+    mhc_pre_decode_kernel(MhcPreParams p, int chunks_per_split) {
+  using Elem = typename TileCfg<S>::Elem;
+  constexpr int kRowB = 16 * static_cast<int>(sizeof(Elem));  // one row's 16 d of one copy
+  constexpr int kRowPieces = kRowB / 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int cps = chunks_per_split;
+  auto* sfn = reinterpret_cast<uint32_t*>(smem);                     // [cps][copy][576 words]
+  unsigned char* sx = smem + cps * kMhcStreams * kFnBlockWords * 4;  // [cps][copy][16][16 d]
+  auto* red = reinterpret_cast<float*>(sx + cps * kMhcStreams * 16 * kRowB);  // rank 0's
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, n = tid >> 5, g = lane >> 2, q = lane & 3;
+  const int split = static_cast<int>(blockIdx.x) / kDecodeWarpParts;
+  const int w = static_cast<int>(blockIdx.x) % kDecodeWarpParts;
+  const int64_t tokens = p.tokens, dim = p.dim;
+  const int rows = static_cast<int>(tokens);
+  // 16-d block of chunk c: kb0 + 4 c (d = 16 kb of every copy).
+  const int64_t kb0 = static_cast<int64_t>(split) * cps * (kChunk / 16) + w;
+
+  // One burst: the fn blocks [chunk][copy] and the rows' 16 d of every (chunk, copy).
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
+  const int fn_pieces = cps * kMhcStreams * (kFnBlockWords / 4);
+  for (int i = tid; i < fn_pieces; i += kDecodeThreads) {
+    const int blk = i / (kFnBlockWords / 4), piece = i - blk * (kFnBlockWords / 4);
+    const int c = blk / kMhcStreams, j = blk - c * kMhcStreams;
+    cp_async16(sfn + blk * kFnBlockWords + piece * 4,
+               p.fn_packed + (j * (dim / 16) + kb0 + (kChunk / 16) * c) * kFnBlockWords + piece * 4,
+               true);
+  }
+  const Elem* x = static_cast<const Elem*>(p.stream);
+  const int x_pieces = cps * kMhcStreams * 16 * kRowPieces;
+  for (int i = tid; i < x_pieces; i += kDecodeThreads) {
+    const int piece = i % kRowPieces, r = (i / kRowPieces) % 16, blk = i / (kRowPieces * 16);
+    const int c = blk / kMhcStreams, j = blk - c * kMhcStreams;
+    const bool valid = r < rows;
+    const Elem* src = x + (static_cast<int64_t>(r) * kMhcStreams + j) * dim +
+                      (kb0 + (kChunk / 16) * c) * 16 +
+                      piece * (16 / static_cast<int>(sizeof(Elem)));
+    cp_async16(sx + (blk * 16 + r) * kRowB + piece * 16, valid ? src : x, valid);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // This lane's words of n-tile n in a packed block: piece pc of pair h is lane word 6 pc + 2 n + h
+  // (mhc_pack_fn).
+  int fo[3][2];
+#pragma unroll
+  for (int pc = 0; pc < 3; ++pc) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int f = 6 * pc + 2 * n + h;
+      fo[pc][h] = f < 16 ? (f >> 2) * 128 + lane * 4 + (f & 3) : 512 + lane * 2 + (f - 16);
+    }
+  }
+  const float* carried = p.carried_pre;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float ss[2] = {0.0f, 0.0f};
+  Elem* out = static_cast<Elem*>(p.collapsed);
+  for (int c = 0; c < cps; ++c) {
+    float col[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      col[e] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMhcStreams; ++j) {
+      const uint32_t* blk = sfn + (c * kMhcStreams + j) * kFnBlockWords;
+      uint32_t b[3][2];
+#pragma unroll
+      for (int pc = 0; pc < 3; ++pc) {
+        b[pc][0] = blk[fo[pc][0]];
+        b[pc][1] = blk[fo[pc][1]];
+      }
+      const unsigned char* row_lo = sx + ((c * kMhcStreams + j) * 16 + g) * kRowB;
+      const unsigned char* row_hi = row_lo + 8 * kRowB;
+      float v[8];
+      uint32_t a[4];
+      if constexpr (S == MhcStorage::kBf16) {
+        a[0] = *reinterpret_cast<const uint32_t*>(row_lo + 4 * q);
+        a[1] = *reinterpret_cast<const uint32_t*>(row_hi + 4 * q);
+        a[2] = *reinterpret_cast<const uint32_t*>(row_lo + 16 + 4 * q);
+        a[3] = *reinterpret_cast<const uint32_t*>(row_hi + 16 + 4 * q);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          v[2 * i] = bf16_lo(a[i]);
+          v[2 * i + 1] = bf16_hi(a[i]);
+        }
+      } else {
+        const float2 f0 = *reinterpret_cast<const float2*>(row_lo + 8 * q);
+        const float2 f1 = *reinterpret_cast<const float2*>(row_hi + 8 * q);
+        const float2 f2 = *reinterpret_cast<const float2*>(row_lo + 32 + 8 * q);
+        const float2 f3 = *reinterpret_cast<const float2*>(row_hi + 32 + 8 * q);
+        v[0] = f0.x, v[1] = f0.y, v[2] = f1.x, v[3] = f1.y;
+        v[4] = f2.x, v[5] = f2.y, v[6] = f3.x, v[7] = f3.y;
+      }
+      if (n == 0) {  // collapse and sum of squares: the partial kernel's operations
+        const float p_lo = g < rows ? __ldg(carried + g * kMhcStreams + j) : 0.0f;
+        const float p_hi = g + 8 < rows ? __ldg(carried + (g + 8) * kMhcStreams + j) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float pj = (i & 2) ? p_hi : p_lo;
+          col[i] = __fadd_rn(col[i], __fmul_rn(pj, v[i]));
+          ss[(i >> 1) & 1] = __fmaf_rn(v[i], v[i], ss[(i >> 1) & 1]);
+        }
+      }
+      if constexpr (S == MhcStorage::kBf16) {
+#pragma unroll
+        for (int pb = 2; pb >= 0; --pb)
+          mma_bf16(acc, a, b[pb][0], b[pb][1]);
+      } else {
+        const Bf16Pieces ap[4] = {split3_bf16(v[0], v[1]), split3_bf16(v[2], v[3]),
+                                  split3_bf16(v[4], v[5]), split3_bf16(v[6], v[7])};
+        constexpr int kPa[6] = {2, 1, 0, 1, 0, 0};
+        constexpr int kPb[6] = {0, 1, 2, 0, 1, 0};
+#pragma unroll
+        for (int t = 0; t < 6; ++t) {
+          const uint32_t at[4] = {ap[0].w[kPa[t]], ap[1].w[kPa[t]], ap[2].w[kPa[t]],
+                                  ap[3].w[kPa[t]]};
+          mma_bf16(acc, at, b[kPb[t]][0], b[kPb[t]][1]);
+        }
+      }
+    }
+    if (n == 0) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = g + 8 * half;
+        if (r >= rows) continue;
+        Elem* o = out + r * dim + (kb0 + (kChunk / 16) * c) * 16 + 2 * q;
+#pragma unroll
+        for (int cs = 0; cs < 2; ++cs) {
+          const float lo = col[cs * 4 + half * 2], hi = col[cs * 4 + half * 2 + 1];
+          if constexpr (S == MhcStorage::kBf16) {
+            *reinterpret_cast<uint32_t*>(o + cs * 8) = bf16x2_bits(__floats2bfloat162_rn(lo, hi));
+          } else {
+            *reinterpret_cast<float2*>(o + cs * 8) = make_float2(lo, hi);
+          }
+        }
+      }
+    }
+  }
+  // Part w of the split into rank 0's [part][row][25]: the n-tile's 8 dot products per row, the
+  // quad-summed sum of squares from warp 0. Rank 0 adds the parts in order into the workspace.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float v = ss[half];
+    v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+    v += __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+    ss[half] = v;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  float* dst = cluster.map_shared_rank(red, 0) + w * 16 * kPartials;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = g + 8 * half;
+    if (r >= rows) continue;
+    dst[r * kPartials + n * 8 + 2 * q] = acc[half * 2];
+    dst[r * kPartials + n * 8 + 2 * q + 1] = acc[half * 2 + 1];
+    if (n == 0 && q == 0) dst[r * kPartials + kMhcMixes] = ss[half];
+  }
+  cluster.sync();
+  if (w != 0) return;
+  float* ws = p.workspace + static_cast<int64_t>(split) * tokens * kPartials;
+  for (int i = tid; i < rows * kPartials; i += kDecodeThreads) {
+    float v = red[i];
+#pragma unroll
+    for (int part = 1; part < kDecodeWarpParts; ++part)
+      v = v + red[part * 16 * kPartials + i];
+    ws[i] = v;
+  }
+}
+
 __device__ __forceinline__ float sigmoid(float v) {
   return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-v)));
 }
@@ -564,10 +765,37 @@ void mhc_pre_with_config(const MhcPreParams& p, int stages, MhcPreGrid grid, cud
   DI_CHECK(aligned(p.stream, 16) && aligned(p.fn_packed, 16) && aligned(p.collapsed, 8),
            "mhc_pre: stream / fn_packed must be 16-byte and collapsed 8-byte aligned");
   DI_CHECK(p.sinkhorn_iters >= 1, "mhc_pre: sinkhorn_iters {} < 1", p.sinkhorn_iters);
-  if (tile == MhcPreTile::kAuto) {
-    tile = p.tokens <= kMhcPreSmallTileMaxTokens ? MhcPreTile::kSmall : MhcPreTile::kLarge;
-  }
   const bool bf16 = p.storage == MhcStorage::kBf16;
+  const int cps = static_cast<int>(p.dim / kChunk / splits);
+  const int64_t decode_smem =
+      bf16 ? decode_smem_bytes<MhcStorage::kBf16>(cps) : decode_smem_bytes<MhcStorage::kF32>(cps);
+  const bool decode_fits =
+      p.tokens <= kMhcPreDecodeMaxTokens && decode_smem <= cuda_detail::kSm90MaxSmemPerBlock;
+  if (tile == MhcPreTile::kAuto) {
+    tile = decode_fits                             ? MhcPreTile::kDecode
+           : p.tokens <= kMhcPreSmallTileMaxTokens ? MhcPreTile::kSmall
+                                                   : MhcPreTile::kLarge;
+  }
+  constexpr int kFinalizeThreads = 64;  // 16 lanes per token, 4 tokens per block
+  const int64_t blocks = (p.tokens * 16 + kFinalizeThreads - 1) / kFinalizeThreads;
+  DI_CHECK(splits <= kMaxSplits, "mhc_pre: {} splits > {}", splits, kMaxSplits);
+  if (tile == MhcPreTile::kDecode) {
+    DI_CHECK(decode_fits,
+             "mhc_pre: the decode pass takes at most {} tokens and {} bytes of shared memory ({} "
+             "tokens, dim {})",
+             kMhcPreDecodeMaxTokens, cuda_detail::kSm90MaxSmemPerBlock, p.tokens, p.dim);
+    const auto kernel =
+        bf16 ? mhc_pre_decode_kernel<MhcStorage::kBf16> : mhc_pre_decode_kernel<MhcStorage::kF32>;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(decode_smem)));
+    cuda_detail::launch_pdl(kernel, static_cast<unsigned>(splits * kDecodeWarpParts),
+                            kDecodeThreads, static_cast<size_t>(decode_smem), stream, p, cps);
+    DI_CUDA_CHECK(cudaGetLastError());
+    cuda_detail::launch_pdl(mhc_pre_finalize_kernel, static_cast<unsigned>(blocks),
+                            kFinalizeThreads, 0, stream, p, splits);
+    DI_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const bool small = tile == MhcPreTile::kSmall;
   using L = void (*)(const MhcPreParams&, int, MhcPreGrid, cudaStream_t);
   // [small][bf16][stages == 3]
@@ -578,9 +806,6 @@ void mhc_pre_with_config(const MhcPreParams& p, int stages, MhcPreGrid grid, cud
        {launch_partial<MhcStorage::kBf16, true, 2>, launch_partial<MhcStorage::kBf16, true, 3>}}};
   kLaunch[small][bf16][stages == 3](p, splits, grid, stream);
   // 16 lanes per token, 4 tokens per block: the epilogue is latency-bound, so spread it wide.
-  DI_CHECK(splits <= kMaxSplits, "mhc_pre: {} splits > {}", splits, kMaxSplits);
-  constexpr int kFinalizeThreads = 64;
-  const int64_t blocks = (p.tokens * 16 + kFinalizeThreads - 1) / kFinalizeThreads;
   cuda_detail::launch_pdl(mhc_pre_finalize_kernel, static_cast<unsigned>(blocks), kFinalizeThreads,
                           0, stream, p, splits);
   DI_CUDA_CHECK(cudaGetLastError());
