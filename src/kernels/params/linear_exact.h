@@ -23,6 +23,8 @@ enum class ExactWeightFormat : uint8_t {
   kFp8Block,        // e4m3 codes [n, k], UE8M0 scales [ceil(n / bn), ceil(k / bk)]
   kFp4Row,          // e2m1 pairs [n, k / 2] (low nibble = even column), UE8M0 scales [n, k / 32]
   kFp4ExpertTiled,  // the same codes in the GPU's tiled expert order (kernels/params/moe.h)
+  kFp8WoATiled,     // kFp8Block codes in wo_a's tiled order (kernels/params/wo_a.h), k = its
+                    // group_width
   kBf16,            // bf16 [n, k] (weight_scale unused)
 };
 

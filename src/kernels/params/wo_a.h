@@ -21,15 +21,28 @@
 
 #include <cstdint>
 
+#include "common/host_device.h"
 #include "kernels/params/dense_ops.h"
 
 namespace di {
+
+// The weight's e4m3 codes on the GPU are tiled, not in the checkpoint's row-major order
+// (pack_wo_a_weight regroups them once, at upload): 32 x 32 tiles of 1 KiB, [groups * rank / 32]
+// [group_width / 32][32 rows][32 bytes], so that a warp's 32 rows of one 32-column stage are one
+// contiguous run and its next stage follows it (docs/design/cuda_dense_ops.md). A group's rows
+// [g rank, (g + 1) rank) are then the tiled codes of its own [rank, group_width] matrix, starting
+// at byte g * rank * group_width. Scales keep the checkpoint's layout.
+inline constexpr int64_t kWoATile = 32;
+DI_HOST_DEVICE constexpr int64_t wo_a_code_offset(int64_t row, int64_t col, int64_t group_width) {
+  return ((row / kWoATile) * (group_width / kWoATile) + col / kWoATile) * kWoATile * kWoATile +
+         (row % kWoATile) * kWoATile + col % kWoATile;
+}
 
 // Pointers are device memory; o and weight 16-byte aligned, z aligned to its elements.
 struct WoAParams {
   const void* o = nullptr;                      // [rows, groups * group_width] fp32 or bf16
   ActPrecision precision = ActPrecision::kF32;  // storage of o and z
-  const uint8_t* weight = nullptr;              // [groups * rank, group_width] e4m3fn codes
+  const uint8_t* weight = nullptr;  // [groups * rank, group_width] e4m3fn codes, tiled as above
   const uint8_t* weight_scale = nullptr;  // [ceil(groups * rank / block), group_width / block]
   int block = 32;                         // scale block edge: 32 (V4.1) or 128 (V4-Flash)
   int64_t rows = 0;

@@ -247,7 +247,7 @@ class CudaModel final : public ForwardModel {
 
   SequenceState& draft_state(SequenceState& state) const;
   void upload_weights();
-  DevFp8 fp8(const WeightRef& w, const std::string& tag);
+  DevFp8 fp8(const WeightRef& w, const std::string& tag, bool wo_a_tiles = false);
   DevBf16 bf16(const WeightRef& w, const std::string& tag);
   const float* f32(const std::vector<float>& v, const std::string& tag) {
     return pool_.upload_vec(v, tag);
@@ -490,11 +490,21 @@ CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Fo
   dkv_ = std::make_shared<DeviceKv>(state, kc, static_cast<int64_t>(tail_init_.size()));
 }
 
-DevFp8 CudaModel::fp8(const WeightRef& w, const std::string& tag) {
+DevFp8 CudaModel::fp8(const WeightRef& w, const std::string& tag, bool wo_a_tiles) {
   DI_CHECK(w.format == cpu::WeightFormat::kFp8Block && w.bn == w.bk,
            "CUDA backend: {} is not an FP8 weight with square scale blocks", tag);
   DevFp8 d;
-  d.w = static_cast<const uint8_t*>(pool_.upload(w.weight.bytes(), tag));
+  if (wo_a_tiles) {  // the grouped wo_a kernel's tiled codes (kernels/params/wo_a.h)
+    DI_CHECK(static_cast<int64_t>(w.weight.bytes().size()) == w.rows * w.cols,
+             "CUDA backend: {} holds {} bytes, expected {} x {}", tag, w.weight.bytes().size(),
+             w.rows, w.cols);
+    std::vector<uint8_t> tiled(w.weight.bytes().size());
+    pack_wo_a_weight(reinterpret_cast<const uint8_t*>(w.weight.bytes().data()), w.rows, w.cols,
+                     tiled.data());
+    d.w = static_cast<const uint8_t*>(pool_.upload(std::as_bytes(std::span(tiled)), tag));
+  } else {
+    d.w = static_cast<const uint8_t*>(pool_.upload(w.weight.bytes(), tag));
+  }
   d.s = static_cast<const uint8_t*>(pool_.upload(w.scale.bytes(), tag + ".scale"));
   d.n = w.rows;
   d.k = w.cols;
@@ -540,7 +550,7 @@ void CudaModel::upload_weights() {
     d.wq_a = fp8(w.wq_a, P + "attn.wq_a");
     d.wq_b = fp8(w.wq_b, P + "attn.wq_b");
     d.wkv = fp8(w.wkv, P + "attn.wkv");
-    d.wo_a = fp8(w.wo_a, P + "attn.wo_a");
+    d.wo_a = fp8(w.wo_a, P + "attn.wo_a", /*wo_a_tiles=*/true);
     d.wo_b = fp8(w.wo_b, P + "attn.wo_b");
     if (w.comp_wkv) {
       d.comp_wkv = bf16(*w.comp_wkv, P + "compressor.wkv");
@@ -1400,7 +1410,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
       LinearExactParams lp;
       lp.x = static_cast<const float*>(op.o) + g * gw;
       lp.x_stride = H * hd;
-      lp.format = ExactWeightFormat::kFp8Block;
+      lp.format = ExactWeightFormat::kFp8WoATiled;  // group g's tiles start at g * R * gw
       lp.weight = op.weight + g * R * gw;
       lp.weight_scale = op.weight_scale + (g * R / op.block) * scols;
       lp.bn = lp.bk = op.block;

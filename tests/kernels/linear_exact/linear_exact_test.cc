@@ -46,6 +46,7 @@ struct HostWeight {
   cpu::WeightRef ref() const {
     switch (format) {
       case ExactWeightFormat::kFp8Block:
+      case ExactWeightFormat::kFp8WoATiled:  // host copies are the checkpoint's row order
         return cpu::fp8_block_weight(
             ConstTensorView{reinterpret_cast<const std::byte*>(w.data()), DType::kF8E4M3, {n, k}},
             ConstTensorView{reinterpret_cast<const std::byte*>(s.data()),

@@ -78,7 +78,9 @@ struct Fp8Weight {
     cpu::decode_rows(ref, 0, rows(), dec.data());
   }
   void upload_to(cudaStream_t st) {
-    d_codes = upload(codes, st, "wo_a codes");
+    std::vector<uint8_t> tiled(codes.size());
+    pack_wo_a_weight(codes.data(), rows(), gw, tiled.data());
+    d_codes = upload(tiled, st, "wo_a codes (tiled)");
     d_scales = upload(scales, st, "wo_a scales");
   }
 };
@@ -453,6 +455,31 @@ TEST(WoALaunch, KSplitDependsOnGroupWidthOnly) {
   EXPECT_EQ(wo_a_k_split(256), 1);  // v41-tiny
   EXPECT_EQ(wo_a_k_split(192), 1);
   EXPECT_THROW(wo_a_k_split(0), Error);
+}
+
+// The tiled wo_a codes (host packing, run in CI): every byte lands exactly once, and a 32 x 32
+// tile is 1 KiB of consecutive memory whose 32-byte lines are its rows (what the kernel's cp.async
+// addressing assumes); the tiles of a row block follow each other along K.
+TEST(WoALaunch, TiledCodesHoldEveryByteOnceInTiles) {
+  const struct { int64_t rows, gw; } shapes[] = {{8 * 1024, 4096}, {2 * 96, 192}, {32, 64}};
+  std::mt19937_64 rng(91);
+  for (const auto& s : shapes) {
+    std::vector<uint8_t> src(static_cast<size_t>(s.rows * s.gw));
+    for (auto& b : src)
+      b = static_cast<uint8_t>(rng());
+    std::vector<uint8_t> out(src.size());
+    pack_wo_a_weight(src.data(), s.rows, s.gw, out.data());
+    std::vector<uint8_t> hit(src.size(), 0);
+    for (int64_t r = 0; r < s.rows; ++r)
+      for (int64_t c = 0; c < s.gw; ++c) {
+        const int64_t o = ((r / 32) * (s.gw / 32) + c / 32) * 1024 + (r % 32) * 32 + c % 32;
+        ASSERT_EQ(o, wo_a_code_offset(r, c, s.gw));
+        ASSERT_EQ(hit[static_cast<size_t>(o)]++, 0) << r << " " << c;
+        ASSERT_EQ(out[static_cast<size_t>(o)], src[static_cast<size_t>(r * s.gw + c)]);
+      }
+  }
+  std::vector<uint8_t> buf(48 * 64);
+  EXPECT_THROW(pack_wo_a_weight(buf.data(), 48, 64, buf.data()), Error);  // rows % 32 != 0
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "common/fp8.h"
 #include "kernels/cuda/linear_exact/linear_exact.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/params/wo_a.h"
 
 namespace di {
 namespace {
@@ -33,9 +34,11 @@ struct WeightView {
 };
 
 __device__ __forceinline__ float weight_value(const WeightView& v, int64_t row, int64_t col) {
-  if (v.format == ExactWeightFormat::kFp8Block) {
+  if (v.format == ExactWeightFormat::kFp8Block || v.format == ExactWeightFormat::kFp8WoATiled) {
     const float s = e8m0_to_float(v.ws[(row / v.bn) * v.scale_cols + col / v.bk]);
-    return __fmul_rn(e4m3_to_float(v.w[row * v.k + col]), s);
+    const int64_t at = v.format == ExactWeightFormat::kFp8Block ? row * v.k + col
+                                                                : wo_a_code_offset(row, col, v.k);
+    return __fmul_rn(e4m3_to_float(v.w[at]), s);
   }
   if (v.format == ExactWeightFormat::kBf16) {
     const auto* w16 = reinterpret_cast<const uint16_t*>(v.w);
@@ -145,7 +148,13 @@ void linear_exact(const LinearExactParams& p, cudaStream_t stream) {
                (p.weight_scale != nullptr || p.format == ExactWeightFormat::kBf16) &&
                p.y != nullptr,
            "linear_exact: null weight / scale / output (n={} k={})", p.n, p.k);
-  DI_CHECK(p.format == ExactWeightFormat::kFp8Block         ? (p.bn > 0 && p.bk > 0)
+  const bool fp8 =
+      p.format == ExactWeightFormat::kFp8Block || p.format == ExactWeightFormat::kFp8WoATiled;
+  DI_CHECK(
+      p.format != ExactWeightFormat::kFp8WoATiled || (p.n % kWoATile == 0 && p.k % kWoATile == 0),
+      "linear_exact: tiled wo_a codes need n {} and k {} to be multiples of {}", p.n, p.k,
+      kWoATile);
+  DI_CHECK(fp8                                              ? (p.bn > 0 && p.bk > 0)
            : p.format == ExactWeightFormat::kFp4Row         ? p.k % 32 == 0
            : p.format == ExactWeightFormat::kFp4ExpertTiled ? p.k % 32 == 0
                                                             : true,
@@ -164,7 +173,7 @@ void linear_exact(const LinearExactParams& p, cudaStream_t stream) {
                      p.bk,
                      p.n,
                      p.k,
-                     p.format == ExactWeightFormat::kFp8Block ? (p.k + p.bk - 1) / p.bk : p.k / 32};
+                     fp8 ? (p.k + p.bk - 1) / p.bk : p.k / 32};
   const dim3 grid(static_cast<unsigned>((p.n + kCols - 1) / kCols),
                   static_cast<unsigned>((p.m + kRows - 1) / kRows));
   cuda_detail::launch_pdl(linear_exact_kernel, grid, kThreads, 0, stream, q, v);

@@ -8,10 +8,11 @@
 // whose partial sums are added in rank order through distributed shared memory. V4.1 at <= 16 rows:
 // 256 CTAs of 128 KiB of weights each, up to 3 per SM (2 per SM: 10 % slower at 8-16 rows). Each
 // warp streams its rows through its own 5-stage cp.async ring (32 rows x 32 K-columns = 1 KiB a
-// stage; the L2::128B prefetch hint brings each row's whole 128-byte line at the first of its four
-// stages). The CTA's activations (16 tokens x its K slice) are staged once in shared memory as
-// bf16: bf16 storage as it is, fp32 storage as hi = bf16(x) and lo = bf16(x - hi) (hi + lo = x to
-// 2^-16 relative).
+// stage: one tile of the tiled weight codes, kernels/params/wo_a.h, the warp's next stage the next
+// tile; with the checkpoint's row-major order the stage was 32 pieces of 32 bytes and an L2::128B
+// prefetch hint: 25.3 -> 22.6 us at 1 row, bf16). The CTA's activations (16 tokens x its K slice)
+// are staged once in shared memory as bf16: bf16 storage as it is, fp32 storage as hi = bf16(x) and
+// lo = bf16(x - hi) (hi + lo = x to 2^-16 relative).
 //
 // Weights: e4m3 -> f16 with the hardware conversion (exact; every e4m3 value is a normal f16 or
 // zero), then the f16 bits shifted into bf16 bits (exponent field kept: the bf16 value is the
@@ -62,6 +63,7 @@ constexpr int kWarpRows = 16 * kMTiles;           // 32
 constexpr int kCtaRows = kWarps * kWarpRows;      // 256
 constexpr int kStageK = 32;                       // K columns (e4m3 bytes) per ring stage
 constexpr int kStageBytes = kWarpRows * kStageK;  // 1 KiB per warp and stage
+static_assert(kWarpRows == kWoATile && kStageK == kWoATile, "a warp's stage is one weight tile");
 constexpr int kStages = 5;  // 40 KiB of rings + 32 KiB of activations (V4.1): 3 CTAs an SM
 // Tokens per CTA: 16 (two n8 tiles), or 64 (eight n8 tiles) above kLargeTokensMinRows rows, so
 // that a step of many rows streams the weights once per 64 tokens, not per 16. A token's
@@ -101,13 +103,6 @@ struct WoAPlan {
   int chunks = 0;  // ceil(rows / tokens per CTA)
   int tiles = 0;   // CTA row tiles per group
 };
-
-// 16-byte copy that also asks L2 for the rest of the 128-byte line (the row's next 3 stages).
-__device__ __forceinline__ void cp_async16_line(void* smem_ptr, const void* gptr, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_ptr));
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gptr),
-               "r"(valid ? 16 : 0));
-}
 
 // The e4m3 pair in the low / high 16 bits of w as bf16x2 values times `mult` (see the top).
 __device__ __forceinline__ uint32_t weights_lo(uint32_t w, uint32_t mult) {
@@ -173,16 +168,18 @@ __global__ void __launch_bounds__(kThreads, kTokens == kSmallTokens ? 3 : (kF32 
   uint16_t* act_hi = reinterpret_cast<uint16_t*>(smem + kRingRegion);  // [kTokens][slice]
   uint16_t* act_lo = act_hi + kTokens * slice;                         // fp32 storage only
 
-  // Weight copies: lane l brings 16-byte chunk l % 2 of the stage's rows l / 2 + 16 i.
-  const uint8_t* wsrc = p.weight + (group * R + wrow0 + (lane >> 1)) * gw + k0 + (lane & 1) * 16;
+  // Weight copies: lane l brings 16-byte chunk l % 2 of the stage's rows l / 2 + 16 i; the
+  // warp's 32 rows of a stage are one 1 KiB tile of the tiled codes, the next stage's the next.
+  const uint8_t* wsrc = p.weight + wo_a_code_offset(group * R + wrow0, k0, gw) +
+                        (lane >> 1) * kStageK + (lane & 1) * 16;
   uint8_t* wdst = ring + (lane >> 1) * kStageK + (lane & 1) * 16;
   auto issue = [&](int st) {
     uint8_t* dst = wdst + (st % kStages) * kStageBytes;
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i) {
       const bool ok = (lane >> 1) + 16 * i < wrows;
-      cp_async16_line(dst + i * 16 * kStageK, ok ? wsrc + i * 16 * gw + st * kStageK : p.weight,
-                      ok);
+      cp_async16(dst + i * 16 * kStageK, ok ? wsrc + i * 16 * kStageK + st * kStageBytes : p.weight,
+                 ok);
     }
   };
   // The warp's scale bytes: lane i holds column c0 + i of the row blocks of its rows 0-31 and

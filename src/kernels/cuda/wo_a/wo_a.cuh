@@ -16,6 +16,11 @@ namespace di {
 // slice order): a function of group_width only, never of rows. 8 for V4.1's 4096.
 int wo_a_k_split(int64_t group_width);
 
+// The checkpoint's row-major e4m3 codes [rows, group_width] of wo_a regrouped into the GPU's tiled
+// order (kernels/params/wo_a.h); dst holds rows * group_width bytes. Host code, once at upload;
+// rows and group_width multiples of 32, else di::Error.
+void pack_wo_a_weight(const uint8_t* src, int64_t rows, int64_t group_width, uint8_t* dst);
+
 // z = the grouped projection of o by the FP8 block-scaled wo_a (decode regime: weight streaming).
 void wo_a(const WoAParams& params, cudaStream_t stream);
 
