@@ -29,7 +29,7 @@ namespace di {
 // The weight's e4m3 codes on the GPU are tiled, not in the checkpoint's row-major order
 // (pack_wo_a_weight regroups them once, at upload): 32 x 32 tiles of 1 KiB, [groups * rank / 32]
 // [group_width / 32][32 rows][32 bytes], so that a warp's 32 rows of one 32-column stage are one
-// contiguous run and its next stage follows it (docs/design/cuda_dense_ops.md). A group's rows
+// contiguous run and its next stage follows it (docs/design/cuda_forward.md). A group's rows
 // [g rank, (g + 1) rank) are then the tiled codes of its own [rank, group_width] matrix, starting
 // at byte g * rank * group_width. Scales keep the checkpoint's layout.
 inline constexpr int64_t kWoATile = 32;
