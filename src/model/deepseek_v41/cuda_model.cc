@@ -1224,8 +1224,8 @@ void CudaModel::block_forward(int64_t i, const Step& step, Shared& shared) {
   void* h1 = act("h1", S * hc * D);
   float* pre_mix = buf<float>("pre_mix", S * hc);
   float* attn_pre = buf<float>("attn_pre", S * hc);
-  auto mhc_pre_site = [&](const void* stream, const DevHc& m, const float* carried, float* pre,
-                          const std::string& tag) {
+  auto pre_params = [&](const void* stream, const DevHc& m, const float* carried, float* pre,
+                        const std::string& tag) {
     MhcPreParams p;
     p.stream = stream;
     p.storage = mhc_storage();
@@ -1243,8 +1243,19 @@ void CudaModel::block_forward(int64_t i, const Step& step, Shared& shared) {
     p.post = buf<float>(tag + ".post", S * hc);
     p.comb = buf<float>(tag + ".comb", S * hc * hc);
     p.workspace = static_cast<float*>(buf("mhc.workspace", mhc_pre_workspace_bytes(S, D)));
-    mhc_pre(p, stream_.get());
+    return p;
+  };
+  // A site's pre side around its norm: the pass (collapse + partial sums), the norm of the
+  // collapse, then the finalize (pre / post / comb, read only at the site's post side and by the
+  // next site) beside the norm kernel instead of before it. The norm kernel waits for the pass
+  // before it lets the finalize start (mhc_pre_finalize's condition).
+  auto mhc_pre_site = [&](const MhcPreParams& p, const float* norm, uint8_t* interleaved) {
+    mhc_pre_pass(p, stream_.get());
     after("mhc_pre");
+    norm_quant(act("x", S * D), S, D, norm, act("xn", S * D), buf<uint8_t>("xq", S * D),
+               buf<uint8_t>("xs", S * D / kActBlock), interleaved);
+    mhc_pre_finalize(p, stream_.get(), MhcFinalizeOrder::kBesidePrevious);
+    after("mhc_pre_finalize");
   };
   auto mhc_post_site = [&](const void* y, const void* in, void* out, const std::string& tag) {
     MhcPostParams p;
@@ -1266,22 +1277,18 @@ void CudaModel::block_forward(int64_t i, const Step& step, Shared& shared) {
   };
   trace_act(i, "in", h, {S, hc, D});
   // Attention site: mixes + collapse with the carried pre-mix, attn_norm (+ act_quant).
-  mhc_pre_site(h, w.hc_attn, pre_mix, attn_pre, "attn_mix");
+  mhc_pre_site(pre_params(h, w.hc_attn, pre_mix, attn_pre, "attn_mix"), w.attn_norm, nullptr);
   trace_mix("attn_mix", attn_pre);
-  norm_quant(act("x", S * D), S, D, w.attn_norm, act("xn", S * D), buf<uint8_t>("xq", S * D),
-             buf<uint8_t>("xs", S * D / kActBlock));
   trace_act(i, "attn.x", act("xn", S * D), {S, D});
   attention(i, step, shared);
   trace_act(i, "attn.out", act("attn.out", S * D), {S, D});
   mhc_post_site(act("attn.out", S * D), h, h1, "attn_mix");
   trace_act(i, "mid", h1, {S, hc, D});
   // FFN site: its input collapses with the attention site's pre-mix (one-sublayer lag).
-  mhc_pre_site(h1, w.hc_ffn, attn_pre, pre_mix, "ffn_mix");
-  trace_mix("ffn_mix", pre_mix);
   // The tensor-core expert GEMM reads the codes in the interleaved order: written here too.
-  norm_quant(act("x", S * D), S, D, w.ffn_norm, act("xn", S * D), buf<uint8_t>("xq", S * D),
-             buf<uint8_t>("xs", S * D / kActBlock),
-             exact_ ? nullptr : buf<uint8_t>("moe.xqi", S * D));
+  mhc_pre_site(pre_params(h1, w.hc_ffn, attn_pre, pre_mix, "ffn_mix"), w.ffn_norm,
+               exact_ ? nullptr : buf<uint8_t>("moe.xqi", S * D));
+  trace_mix("ffn_mix", pre_mix);
   trace_act(i, "ffn.x", act("xn", S * D), {S, D});
   moe(i, S);
   trace_act(i, "ffn.out", act("ffn.out", S * D), {S, D});

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -100,7 +101,8 @@ class MhcCudaTest : public ::testing::Test {
   static PreOut run_pre(const Site& site, const std::vector<float>& x,
                         const std::vector<float>& carried, int64_t tokens, int64_t dim,
                         MhcStorage st, int stages = 0, MhcPreGrid grid = MhcPreGrid::kPersistent,
-                        MhcPreTile tile = MhcPreTile::kAuto) {
+                        MhcPreTile tile = MhcPreTile::kAuto,
+                        std::optional<MhcFinalizeOrder> split = std::nullopt) {
     Stream stream;
     const size_t es = st == MhcStorage::kF32 ? 4 : 2;
     const auto xs = to_storage(x, st);
@@ -135,7 +137,22 @@ class MhcCudaTest : public ::testing::Test {
     p.post = qd.as<float>();
     p.comb = md.as<float>();
     p.workspace = wd.as<float>();
-    if (stages == 0) {
+    if (split) {
+      // The pass, a kernel that waits for it (a collapse of the stream into the workspace's
+      // spare copy, read by nothing), then the finalize.
+      mhc_pre_pass(p, stream.get());
+      DeviceBuffer other(static_cast<size_t>(tokens * dim) * es, "other");
+      MhcCollapseParams c;
+      c.stream = xd.data();
+      c.pre = cd.as<float>();
+      c.tokens = tokens;
+      c.dim = dim;
+      c.storage = st;
+      c.out = other.data();
+      mhc_collapse(c, stream.get());
+      mhc_pre_finalize(p, stream.get(), *split);
+      stream.synchronize();
+    } else if (stages == 0) {
       mhc_pre(p, stream.get());
     } else {
       mhc_pre_with_config(p, stages, grid, stream.get(), tile);
@@ -445,6 +462,34 @@ TEST_F(MhcCudaTest, DecodePassIsBitwiseTheTiledPass) {
         EXPECT_EQ(0, std::memcmp(a.post.data(), b.post.data(), a.post.size() * 4));
         EXPECT_EQ(0, std::memcmp(a.comb.data(), b.comb.data(), a.comb.size() * 4));
         EXPECT_FALSE(std::isnan(b.comb[0]));  // written (the outputs start as NaN)
+      }
+    }
+  }
+}
+
+// The pre side split around another kernel (mhc_pre_pass, a kernel that waits for the pass,
+// mhc_pre_finalize beside it): bitwise mhc_pre, with either finalize order.
+TEST_F(MhcCudaTest, FinalizeBesideTheNextKernelIsBitwiseMhcPre) {
+  const int64_t dim = 5120;
+  for (MhcStorage st : {MhcStorage::kF32, MhcStorage::kBf16}) {
+    for (int64_t tokens : {1, 9, 100}) {
+      for (MhcFinalizeOrder order :
+           {MhcFinalizeOrder::kAfterPass, MhcFinalizeOrder::kBesidePrevious}) {
+        SCOPED_TRACE(testing::Message()
+                     << "tokens " << tokens << " bf16 " << (st == MhcStorage::kBf16) << " beside "
+                     << (order == MhcFinalizeOrder::kBesidePrevious));
+        const Site site = random_site(dim, 700);
+        const auto x = random_values(static_cast<size_t>(tokens * kHc * dim), 701, 1.0f, st);
+        const auto carried =
+            random_values(static_cast<size_t>(tokens * kHc), 702, 0.5f, MhcStorage::kF32);
+        const PreOut a = run_pre(site, x, carried, tokens, dim, st);
+        const PreOut b = run_pre(site, x, carried, tokens, dim, st, 0, MhcPreGrid::kPersistent,
+                                 MhcPreTile::kAuto, order);
+        EXPECT_EQ(0, std::memcmp(a.collapsed.data(), b.collapsed.data(), a.collapsed.size() * 4));
+        EXPECT_EQ(0, std::memcmp(a.pre.data(), b.pre.data(), a.pre.size() * 4));
+        EXPECT_EQ(0, std::memcmp(a.post.data(), b.post.data(), a.post.size() * 4));
+        EXPECT_EQ(0, std::memcmp(a.comb.data(), b.comb.data(), a.comb.size() * 4));
+        EXPECT_FALSE(std::isnan(b.comb[0]));
       }
     }
   }

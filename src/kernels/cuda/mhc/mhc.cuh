@@ -40,6 +40,18 @@ void mhc_pack_fn(const float* fn, int64_t dim, uint32_t* packed);
 // `stream`: the fused pass over the stream (partial sums per split) and a per-token finalize.
 void mhc_pre(const MhcPreParams& params, cudaStream_t stream);
 
+// The pre side in its two launches, for a caller that puts a kernel between them: mhc_pre_pass
+// (the pass over the stream: afterwards `collapsed` is complete, the mixes are not), then
+// mhc_pre_finalize (pre / post / comb). kAfterPass: the finalize waits for the kernel launched
+// before it, like every kernel. kBesidePrevious: it runs beside that kernel and waits for it only
+// before it exits (the kernels after it still see the whole stream order). Use it only when every
+// kernel launched since mhc_pre_pass waits for its predecessor before letting its dependents start
+// (pdl.cuh's contract: the FP8 GEMM, which starts its dependents at once, does not) and none of
+// them writes the workspace, pre, post or comb. Outputs are bitwise those of mhc_pre.
+enum class MhcFinalizeOrder : uint8_t { kAfterPass, kBesidePrevious };
+void mhc_pre_pass(const MhcPreParams& params, cudaStream_t stream);
+void mhc_pre_finalize(const MhcPreParams& params, cudaStream_t stream, MhcFinalizeOrder order);
+
 // Grid of the pre pass. kPersistent: as many CTAs as the device holds at once, each a contiguous
 // range of (split, token tile) items with one pipeline across them. kPerItem: one CTA per item.
 enum class MhcPreGrid : uint8_t { kPersistent, kPerItem };

@@ -645,8 +645,12 @@ constexpr int kMaxSplits = kMhcPreMaxSplits;  // mhc_pre_splits(dim) <= this (mh
 // for e <= 8, partial e (pre / post mixes; e = 8: the sum of squares, partial 24) over the splits
 // in order, then runs cpu::hc_mixes' epilogue; every value sees the same operation sequence as in
 // the CPU reference, the row / column sums gathered by shuffles and added in index order.
+// kBeside (mhc_pre_finalize with MhcFinalizeOrder::kBesidePrevious): the work comes before the
+// PDL wait, so it overlaps the kernel launched just before; the wait at the end keeps the stream
+// order for the kernels after. The workspace is read through L2 (ld.global.cg) either way.
+template <bool kBeside>
 __global__ void mhc_pre_finalize_kernel(MhcPreParams p, int splits) {
-  cuda_detail::pdl_wait();
+  if constexpr (!kBeside) cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
   constexpr int hc = kMhcStreams;
   const int lane = static_cast<int>(threadIdx.x) & 31;
@@ -660,8 +664,8 @@ __global__ void mhc_pre_finalize_kernel(MhcPreParams p, int splits) {
   float vc[kMaxSplits], va[kMaxSplits];
 #pragma unroll
   for (int s = 0; s < kMaxSplits; ++s) {
-    vc[s] = s < splits ? __ldg(w + s * stride + 2 * hc + e) : 0.0f;
-    va[s] = s < splits && e <= 8 ? __ldg(w + s * stride + ai) : 0.0f;
+    vc[s] = s < splits ? __ldcg(w + s * stride + 2 * hc + e) : 0.0f;
+    va[s] = s < splits && e <= 8 ? __ldcg(w + s * stride + ai) : 0.0f;
   }
   float mc = 0.0f, ma = 0.0f;
 #pragma unroll
@@ -711,6 +715,7 @@ __global__ void mhc_pre_finalize_kernel(MhcPreParams p, int splits) {
     cm = __fdiv_rn(cm, __fadd_rn(col_sum(cm), eps));
   }
   if (live) p.comb[t * hc * hc + e] = cm;
+  if constexpr (kBeside) cuda_detail::pdl_wait();
 }
 
 bool aligned(const void* ptr, uintptr_t bytes) {
@@ -752,12 +757,15 @@ void launch_partial(const MhcPreParams& p, int splits, MhcPreGrid mode, cudaStre
 
 }  // namespace
 
-void mhc_pre_with_config(const MhcPreParams& p, int stages, MhcPreGrid grid, cudaStream_t stream,
-                         MhcPreTile tile) {
+namespace {
+
+// The pass over the stream (partials and collapse); false when there are no tokens.
+bool launch_pass(const MhcPreParams& p, int stages, MhcPreGrid grid, cudaStream_t stream,
+                 MhcPreTile tile) {
   DI_CHECK(p.tokens >= 0, "mhc_pre: negative token count {}", p.tokens);
   DI_CHECK(stages == 2 || stages == 3, "mhc_pre: {} pipeline stages (2 or 3)", stages);
   const int splits = mhc_pre_splits(p.dim);  // checks dim
-  if (p.tokens == 0) return;
+  if (p.tokens == 0) return false;
   DI_CHECK(p.stream != nullptr && p.fn_packed != nullptr && p.scale != nullptr &&
                p.base != nullptr && p.carried_pre != nullptr && p.collapsed != nullptr &&
                p.pre != nullptr && p.post != nullptr && p.comb != nullptr && p.workspace != nullptr,
@@ -776,8 +784,6 @@ void mhc_pre_with_config(const MhcPreParams& p, int stages, MhcPreGrid grid, cud
            : p.tokens <= kMhcPreSmallTileMaxTokens ? MhcPreTile::kSmall
                                                    : MhcPreTile::kLarge;
   }
-  constexpr int kFinalizeThreads = 64;  // 16 lanes per token, 4 tokens per block
-  const int64_t blocks = (p.tokens * 16 + kFinalizeThreads - 1) / kFinalizeThreads;
   DI_CHECK(splits <= kMaxSplits, "mhc_pre: {} splits > {}", splits, kMaxSplits);
   if (tile == MhcPreTile::kDecode) {
     DI_CHECK(decode_fits,
@@ -791,10 +797,7 @@ void mhc_pre_with_config(const MhcPreParams& p, int stages, MhcPreGrid grid, cud
     cuda_detail::launch_pdl(kernel, static_cast<unsigned>(splits * kDecodeWarpParts),
                             kDecodeThreads, static_cast<size_t>(decode_smem), stream, p, cps);
     DI_CUDA_CHECK(cudaGetLastError());
-    cuda_detail::launch_pdl(mhc_pre_finalize_kernel, static_cast<unsigned>(blocks),
-                            kFinalizeThreads, 0, stream, p, splits);
-    DI_CUDA_CHECK(cudaGetLastError());
-    return;
+    return true;
   }
   const bool small = tile == MhcPreTile::kSmall;
   using L = void (*)(const MhcPreParams&, int, MhcPreGrid, cudaStream_t);
@@ -805,10 +808,34 @@ void mhc_pre_with_config(const MhcPreParams& p, int stages, MhcPreGrid grid, cud
       {{launch_partial<MhcStorage::kF32, true, 2>, launch_partial<MhcStorage::kF32, true, 3>},
        {launch_partial<MhcStorage::kBf16, true, 2>, launch_partial<MhcStorage::kBf16, true, 3>}}};
   kLaunch[small][bf16][stages == 3](p, splits, grid, stream);
+  return true;
+}
+
+}  // namespace
+
+void mhc_pre_finalize(const MhcPreParams& p, cudaStream_t stream, MhcFinalizeOrder order) {
+  const int splits = mhc_pre_splits(p.dim);
+  DI_CHECK(splits <= kMaxSplits, "mhc_pre: {} splits > {}", splits, kMaxSplits);
+  if (p.tokens <= 0) return;
   // 16 lanes per token, 4 tokens per block: the epilogue is latency-bound, so spread it wide.
-  cuda_detail::launch_pdl(mhc_pre_finalize_kernel, static_cast<unsigned>(blocks), kFinalizeThreads,
-                          0, stream, p, splits);
+  constexpr int kFinalizeThreads = 64;
+  const int64_t blocks = (p.tokens * 16 + kFinalizeThreads - 1) / kFinalizeThreads;
+  cuda_detail::launch_pdl(order == MhcFinalizeOrder::kBesidePrevious
+                              ? mhc_pre_finalize_kernel<true>
+                              : mhc_pre_finalize_kernel<false>,
+                          static_cast<unsigned>(blocks), kFinalizeThreads, 0, stream, p, splits);
   DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void mhc_pre_with_config(const MhcPreParams& p, int stages, MhcPreGrid grid, cudaStream_t stream,
+                         MhcPreTile tile) {
+  if (launch_pass(p, stages, grid, stream, tile)) {
+    mhc_pre_finalize(p, stream, MhcFinalizeOrder::kAfterPass);
+  }
+}
+
+void mhc_pre_pass(const MhcPreParams& p, cudaStream_t stream) {
+  launch_pass(p, kDefaultStages, kDefaultGrid, stream, MhcPreTile::kAuto);
 }
 
 void mhc_pre(const MhcPreParams& p, cudaStream_t stream) {
