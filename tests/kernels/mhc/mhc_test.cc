@@ -138,8 +138,8 @@ class MhcCudaTest : public ::testing::Test {
     p.comb = md.as<float>();
     p.workspace = wd.as<float>();
     if (split) {
-      // The pass, a kernel that waits for it (a collapse of the stream into the workspace's
-      // spare copy, read by nothing), then the finalize.
+      // The pass, a kernel that waits for it (a collapse of the stream into a buffer nothing
+      // else reads), then the finalize.
       mhc_pre_pass(p, stream.get());
       DeviceBuffer other(static_cast<size_t>(tokens * dim) * es, "other");
       MhcCollapseParams c;

@@ -104,6 +104,33 @@ __device__ __forceinline__ float bf16_hi(uint32_t w) {
   return __uint_as_float(w & 0xFFFF0000u);
 }
 
+// The MMA A fragment of rows g (row_lo) and g + 8 (row_hi), columns 2q, 2q + 1 and 2q + 8, 2q + 9
+// of a 16-d block: the bf16 pairs in a (bf16 storage only) and the values in v: v[0..1] (g, 2q..),
+// v[2..3] (g + 8, 2q..), v[4..5] (g, 2q + 8..), v[6..7] (g + 8, 2q + 8..).
+template <MhcStorage S>
+__device__ __forceinline__ void load_a_frag(const unsigned char* row_lo,
+                                            const unsigned char* row_hi, int q, uint32_t (&a)[4],
+                                            float (&v)[8]) {
+  if constexpr (S == MhcStorage::kBf16) {
+    a[0] = *reinterpret_cast<const uint32_t*>(row_lo + 4 * q);
+    a[1] = *reinterpret_cast<const uint32_t*>(row_hi + 4 * q);
+    a[2] = *reinterpret_cast<const uint32_t*>(row_lo + 16 + 4 * q);
+    a[3] = *reinterpret_cast<const uint32_t*>(row_hi + 16 + 4 * q);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = bf16_lo(a[i]);
+      v[2 * i + 1] = bf16_hi(a[i]);
+    }
+  } else {
+    const float2 f0 = *reinterpret_cast<const float2*>(row_lo + 8 * q);
+    const float2 f1 = *reinterpret_cast<const float2*>(row_hi + 8 * q);
+    const float2 f2 = *reinterpret_cast<const float2*>(row_lo + 32 + 8 * q);
+    const float2 f3 = *reinterpret_cast<const float2*>(row_hi + 32 + 8 * q);
+    v[0] = f0.x, v[1] = f0.y, v[2] = f1.x, v[3] = f1.y;
+    v[4] = f2.x, v[5] = f2.y, v[6] = f3.x, v[7] = f3.y;
+  }
+}
+
 // Large tiles: kStages = 3: 2 CTAs per SM; kStages = 2: 3 CTAs per SM (register cap 170).
 template <MhcStorage S, bool kSmall, int kStages>
 __global__ void __launch_bounds__(kThreads, kSmall ? 1 : (kStages == 2 ? 3 : 2))
@@ -310,28 +337,9 @@ __global__ void __launch_bounds__(kThreads, kSmall ? 1 : (kStages == 2 ? 3 : 2))
         const unsigned char* row_lo =
             buf + r_lo * kRowBytes + (j * kChunk + warp * 16) * static_cast<int>(sizeof(Elem));
         const unsigned char* row_hi = row_lo + 8 * kRowBytes;
-        // v[0..1]: (g, 2q..2q+1); v[2..3]: (g+8, 2q..); v[4..5]: (g, 2q+8..); v[6..7]: (g+8,
-        // 2q+8..)
         float v[8];
         uint32_t a[4];
-        if constexpr (S == MhcStorage::kBf16) {
-          a[0] = *reinterpret_cast<const uint32_t*>(row_lo + 4 * q);
-          a[1] = *reinterpret_cast<const uint32_t*>(row_hi + 4 * q);
-          a[2] = *reinterpret_cast<const uint32_t*>(row_lo + 16 + 4 * q);
-          a[3] = *reinterpret_cast<const uint32_t*>(row_hi + 16 + 4 * q);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            v[2 * i] = bf16_lo(a[i]);
-            v[2 * i + 1] = bf16_hi(a[i]);
-          }
-        } else {
-          const float2 f0 = *reinterpret_cast<const float2*>(row_lo + 8 * q);
-          const float2 f1 = *reinterpret_cast<const float2*>(row_hi + 8 * q);
-          const float2 f2 = *reinterpret_cast<const float2*>(row_lo + 32 + 8 * q);
-          const float2 f3 = *reinterpret_cast<const float2*>(row_hi + 32 + 8 * q);
-          v[0] = f0.x, v[1] = f0.y, v[2] = f1.x, v[3] = f1.y;
-          v[4] = f2.x, v[5] = f2.y, v[6] = f3.x, v[7] = f3.y;
-        }
+        load_a_frag<S>(row_lo, row_hi, q, a, v);
         // Collapse (CPU order: acc = 0; acc += pre_j * x_j, j ascending) and sum of squares.
         const float p_lo = pre_s[r_lo * kMhcStreams + j];
         const float p_hi = pre_s[(r_lo + 8) * kMhcStreams + j];
@@ -541,24 +549,7 @@ __global__ void __cluster_dims__(kDecodeWarpParts, 1, 1) __launch_bounds__(kDeco
       const unsigned char* row_hi = row_lo + 8 * kRowB;
       float v[8];
       uint32_t a[4];
-      if constexpr (S == MhcStorage::kBf16) {
-        a[0] = *reinterpret_cast<const uint32_t*>(row_lo + 4 * q);
-        a[1] = *reinterpret_cast<const uint32_t*>(row_hi + 4 * q);
-        a[2] = *reinterpret_cast<const uint32_t*>(row_lo + 16 + 4 * q);
-        a[3] = *reinterpret_cast<const uint32_t*>(row_hi + 16 + 4 * q);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          v[2 * i] = bf16_lo(a[i]);
-          v[2 * i + 1] = bf16_hi(a[i]);
-        }
-      } else {
-        const float2 f0 = *reinterpret_cast<const float2*>(row_lo + 8 * q);
-        const float2 f1 = *reinterpret_cast<const float2*>(row_hi + 8 * q);
-        const float2 f2 = *reinterpret_cast<const float2*>(row_lo + 32 + 8 * q);
-        const float2 f3 = *reinterpret_cast<const float2*>(row_hi + 32 + 8 * q);
-        v[0] = f0.x, v[1] = f0.y, v[2] = f1.x, v[3] = f1.y;
-        v[4] = f2.x, v[5] = f2.y, v[6] = f3.x, v[7] = f3.y;
-      }
+      load_a_frag<S>(row_lo, row_hi, q, a, v);
       if (n == 0) {  // collapse and sum of squares: the partial kernel's operations
         const float p_lo = g < rows ? __ldg(carried + g * kMhcStreams + j) : 0.0f;
         const float p_hi = g + 8 < rows ? __ldg(carried + (g + 8) * kMhcStreams + j) : 0.0f;
