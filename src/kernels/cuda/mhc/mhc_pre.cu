@@ -131,6 +131,36 @@ __device__ __forceinline__ void load_a_frag(const unsigned char* row_lo,
   }
 }
 
+// The 24-mix MMAs of one 16-k block for kN n-tiles (accumulators acc[n]): bf16 storage one
+// product per fn piece, smallest piece first; fp32 storage the six piece products of the split X
+// above 2^-24 relative, small terms first. n is the inner loop: the same per-accumulator order
+// for every kN.
+template <MhcStorage S, int kN>
+__device__ __forceinline__ void mix_mmas(float (&acc)[kN][4], const uint32_t (&a)[4],
+                                         const float (&v)[8], const Bf16Pieces (&bp)[kN][2]) {
+  if constexpr (S == MhcStorage::kBf16) {
+#pragma unroll
+    for (int pb = 2; pb >= 0; --pb) {
+#pragma unroll
+      for (int n = 0; n < kN; ++n)
+        mma_bf16(acc[n], a, bp[n][0].w[pb], bp[n][1].w[pb]);
+    }
+  } else {
+    const Bf16Pieces ap[4] = {split3_bf16(v[0], v[1]), split3_bf16(v[2], v[3]),
+                              split3_bf16(v[4], v[5]), split3_bf16(v[6], v[7])};
+    constexpr int kPa[6] = {2, 1, 0, 1, 0, 0};
+    constexpr int kPb[6] = {0, 1, 2, 0, 1, 0};
+#pragma unroll
+    for (int t = 0; t < 6; ++t) {
+#pragma unroll
+      for (int n = 0; n < kN; ++n) {
+        const uint32_t at[4] = {ap[0].w[kPa[t]], ap[1].w[kPa[t]], ap[2].w[kPa[t]], ap[3].w[kPa[t]]};
+        mma_bf16(acc[n], at, bp[n][0].w[kPb[t]], bp[n][1].w[kPb[t]]);
+      }
+    }
+  }
+}
+
 // Large tiles: kStages = 3: 2 CTAs per SM; kStages = 2: 3 CTAs per SM (register cap 170).
 template <MhcStorage S, bool kSmall, int kStages>
 __global__ void __launch_bounds__(kThreads, kSmall ? 1 : (kStages == 2 ? 3 : 2))
@@ -350,28 +380,7 @@ __global__ void __launch_bounds__(kThreads, kSmall ? 1 : (kStages == 2 ? 3 : 2))
           ss[mt][(i >> 1) & 1] = __fmaf_rn(v[i], v[i], ss[mt][(i >> 1) & 1]);
         }
         // The 24 dot products; small terms first.
-        if constexpr (S == MhcStorage::kBf16) {
-#pragma unroll
-          for (int pb = 2; pb >= 0; --pb) {
-#pragma unroll
-            for (int n = 0; n < 3; ++n)
-              mma_bf16(acc[mt][n], a, bp[n][0].w[pb], bp[n][1].w[pb]);
-          }
-        } else {
-          const Bf16Pieces ap[4] = {split3_bf16(v[0], v[1]), split3_bf16(v[2], v[3]),
-                                    split3_bf16(v[4], v[5]), split3_bf16(v[6], v[7])};
-          constexpr int kPa[6] = {2, 1, 0, 1, 0, 0};
-          constexpr int kPb[6] = {0, 1, 2, 0, 1, 0};
-#pragma unroll
-          for (int t = 0; t < 6; ++t) {
-#pragma unroll
-            for (int n = 0; n < 3; ++n) {
-              const uint32_t at[4] = {ap[0].w[kPa[t]], ap[1].w[kPa[t]], ap[2].w[kPa[t]],
-                                      ap[3].w[kPa[t]]};
-              mma_bf16(acc[mt][n], at, bp[n][0].w[kPb[t]], bp[n][1].w[kPb[t]]);
-            }
-          }
-        }
+        mix_mmas<S, 3>(acc[mt], a, v, bp);
       }
     }
 
@@ -528,7 +537,7 @@ __global__ void __cluster_dims__(kDecodeWarpParts, 1, 1) __launch_bounds__(kDeco
     }
   }
   const float* carried = p.carried_pre;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float acc[1][4] = {};
   float ss[2] = {0.0f, 0.0f};
   Elem* out = static_cast<Elem*>(p.collapsed);
   for (int c = 0; c < cps; ++c) {
@@ -539,11 +548,11 @@ __global__ void __cluster_dims__(kDecodeWarpParts, 1, 1) __launch_bounds__(kDeco
 #pragma unroll
     for (int j = 0; j < kMhcStreams; ++j) {
       const uint32_t* blk = sfn + (c * kMhcStreams + j) * kFnBlockWords;
-      uint32_t b[3][2];
+      Bf16Pieces bp[1][2];  // this n-tile's pieces, as in the tiled pass
 #pragma unroll
       for (int pc = 0; pc < 3; ++pc) {
-        b[pc][0] = blk[fo[pc][0]];
-        b[pc][1] = blk[fo[pc][1]];
+        bp[0][0].w[pc] = blk[fo[pc][0]];
+        bp[0][1].w[pc] = blk[fo[pc][1]];
       }
       const unsigned char* row_lo = sx + ((c * kMhcStreams + j) * 16 + g) * kRowB;
       const unsigned char* row_hi = row_lo + 8 * kRowB;
@@ -560,22 +569,7 @@ __global__ void __cluster_dims__(kDecodeWarpParts, 1, 1) __launch_bounds__(kDeco
           ss[(i >> 1) & 1] = __fmaf_rn(v[i], v[i], ss[(i >> 1) & 1]);
         }
       }
-      if constexpr (S == MhcStorage::kBf16) {
-#pragma unroll
-        for (int pb = 2; pb >= 0; --pb)
-          mma_bf16(acc, a, b[pb][0], b[pb][1]);
-      } else {
-        const Bf16Pieces ap[4] = {split3_bf16(v[0], v[1]), split3_bf16(v[2], v[3]),
-                                  split3_bf16(v[4], v[5]), split3_bf16(v[6], v[7])};
-        constexpr int kPa[6] = {2, 1, 0, 1, 0, 0};
-        constexpr int kPb[6] = {0, 1, 2, 0, 1, 0};
-#pragma unroll
-        for (int t = 0; t < 6; ++t) {
-          const uint32_t at[4] = {ap[0].w[kPa[t]], ap[1].w[kPa[t]], ap[2].w[kPa[t]],
-                                  ap[3].w[kPa[t]]};
-          mma_bf16(acc, at, b[kPb[t]][0], b[kPb[t]][1]);
-        }
-      }
+      mix_mmas<S, 1>(acc, a, v, bp);
     }
     if (n == 0) {
 #pragma unroll
@@ -610,8 +604,8 @@ __global__ void __cluster_dims__(kDecodeWarpParts, 1, 1) __launch_bounds__(kDeco
   for (int half = 0; half < 2; ++half) {
     const int r = g + 8 * half;
     if (r >= rows) continue;
-    dst[r * kPartials + n * 8 + 2 * q] = acc[half * 2];
-    dst[r * kPartials + n * 8 + 2 * q + 1] = acc[half * 2 + 1];
+    dst[r * kPartials + n * 8 + 2 * q] = acc[0][half * 2];
+    dst[r * kPartials + n * 8 + 2 * q + 1] = acc[0][half * 2 + 1];
     if (n == 0 && q == 0) dst[r * kPartials + kMhcMixes] = ss[half];
   }
   cluster.sync();
