@@ -86,6 +86,19 @@ Site random_site(int64_t dim, uint64_t seed) {
   return s;
 }
 
+// mhc_collapse of `stream` [tokens, 4, dim] with the weights `pre` [tokens, 4] into `out`.
+void collapse(const void* stream, const float* pre, int64_t tokens, int64_t dim, MhcStorage st,
+              void* out, cudaStream_t s) {
+  MhcCollapseParams c;
+  c.stream = stream;
+  c.pre = pre;
+  c.tokens = tokens;
+  c.dim = dim;
+  c.storage = st;
+  c.out = out;
+  mhc_collapse(c, s);
+}
+
 struct PreOut {
   std::vector<float> collapsed, pre, post, comb;
 };
@@ -142,14 +155,7 @@ class MhcCudaTest : public ::testing::Test {
       // else reads), then the finalize.
       mhc_pre_pass(p, stream.get());
       DeviceBuffer other(static_cast<size_t>(tokens * dim) * es, "other");
-      MhcCollapseParams c;
-      c.stream = xd.data();
-      c.pre = cd.as<float>();
-      c.tokens = tokens;
-      c.dim = dim;
-      c.storage = st;
-      c.out = other.data();
-      mhc_collapse(c, stream.get());
+      collapse(xd.data(), cd.as<float>(), tokens, dim, st, other.data(), stream.get());
       mhc_pre_finalize(p, stream.get(), *split);
       stream.synchronize();
     } else if (stages == 0) {
@@ -341,14 +347,7 @@ TEST_F(MhcCudaTest, CollapseMatchesCpuBitwise) {
       xd.copy_from_host_async(xs.data(), xs.size(), stream.get());
       pd.copy_from_host_async(pre.data(), pd.size(), stream.get());
       od.fill_async(0xFF, stream.get());
-      MhcCollapseParams p;
-      p.stream = xd.data();
-      p.pre = pd.as<float>();
-      p.tokens = tokens;
-      p.dim = dim;
-      p.storage = st;
-      p.out = od.data();
-      mhc_collapse(p, stream.get());
+      collapse(xd.data(), pd.as<float>(), tokens, dim, st, od.data(), stream.get());
       std::vector<uint8_t> ob(out_bytes);
       od.copy_to_host_async(ob.data(), ob.size(), stream.get());
       stream.synchronize();
