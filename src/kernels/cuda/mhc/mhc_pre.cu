@@ -802,6 +802,10 @@ void mhc_pre_finalize(const MhcPreParams& p, cudaStream_t stream, MhcFinalizeOrd
   const int splits = mhc_pre_splits(p.dim);
   DI_CHECK(splits <= kMaxSplits, "mhc_pre: {} splits > {}", splits, kMaxSplits);
   if (p.tokens <= 0) return;
+  DI_CHECK(p.workspace != nullptr && p.scale != nullptr && p.base != nullptr && p.pre != nullptr &&
+               p.post != nullptr && p.comb != nullptr,
+           "mhc_pre_finalize: null workspace / scale / base / pre / post / comb (T={}, dim={})",
+           p.tokens, p.dim);
   // 16 lanes per token, 4 tokens per block: the epilogue is latency-bound, so spread it wide.
   constexpr int kFinalizeThreads = 64;
   const int64_t blocks = (p.tokens * 16 + kFinalizeThreads - 1) / kFinalizeThreads;
