@@ -502,24 +502,40 @@ __global__ void __cluster_dims__(kDecodeWarpParts, 1, 1) __launch_bounds__(kDeco
   // One burst: the fn blocks [chunk][copy] and the rows' 16 d of every (chunk, copy).
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
-  const int fn_pieces = cps * kMhcStreams * (kFnBlockWords / 4);
-  for (int i = tid; i < fn_pieces; i += kDecodeThreads) {
-    const int blk = i / (kFnBlockWords / 4), piece = i - blk * (kFnBlockWords / 4);
-    const int c = blk / kMhcStreams, j = blk - c * kMhcStreams;
-    cp_async16(sfn + blk * kFnBlockWords + piece * 4,
-               p.fn_packed + (j * (dim / 16) + kb0 + (kChunk / 16) * c) * kFnBlockWords + piece * 4,
-               true);
-  }
+  // The copies walk (chunk, copy) blocks in a uniform outer loop, so each thread's address math
+  // is a few adds: fn blocks are 144 pieces of 16 bytes (threads tid and tid + 96), a block of
+  // rows is 16 rows x kRowPieces pieces (one thread each).
+  constexpr int kFnPieces = kFnBlockWords / 4;               // 144
+  const uint32_t* fn_c = p.fn_packed + kb0 * kFnBlockWords;  // chunk 0, copy 0
+  const int64_t fn_copy = dim / 16 * kFnBlockWords, fn_chunk = (kChunk / 16) * kFnBlockWords;
   const Elem* x = static_cast<const Elem*>(p.stream);
-  const int x_pieces = cps * kMhcStreams * 16 * kRowPieces;
-  for (int i = tid; i < x_pieces; i += kDecodeThreads) {
-    const int piece = i % kRowPieces, r = (i / kRowPieces) % 16, blk = i / (kRowPieces * 16);
-    const int c = blk / kMhcStreams, j = blk - c * kMhcStreams;
-    const bool valid = r < rows;
-    const Elem* src = x + (static_cast<int64_t>(r) * kMhcStreams + j) * dim +
-                      (kb0 + (kChunk / 16) * c) * 16 +
-                      piece * (16 / static_cast<int>(sizeof(Elem)));
-    cp_async16(sx + (blk * 16 + r) * kRowB + piece * 16, valid ? src : x, valid);
+  constexpr int kRowsPieces = 16 * kRowPieces;  // pieces of one (chunk, copy) block of rows
+  const int xr = (tid % kRowsPieces) / kRowPieces, xp = tid % kRowPieces;
+  const bool x_valid = xr < rows;
+  const Elem* x_c = x + static_cast<int64_t>(xr) * kMhcStreams * dim + kb0 * 16 +
+                    xp * (16 / static_cast<int>(sizeof(Elem)));
+  for (int c = 0; c < cps; ++c) {
+#pragma unroll
+    for (int j = 0; j < kMhcStreams; ++j) {
+      const int blk = c * kMhcStreams + j;
+      const uint32_t* src = fn_c + j * fn_copy;
+      uint32_t* dst = sfn + blk * kFnBlockWords;
+      cp_async16(dst + tid * 4, src + tid * 4, true);
+      if (tid + kDecodeThreads < kFnPieces) {
+        cp_async16(dst + (tid + kDecodeThreads) * 4, src + (tid + kDecodeThreads) * 4, true);
+      }
+    }
+    // Blocks of rows: kDecodeThreads / kRowsPieces blocks at a time (3 for bf16), the rest after.
+    constexpr int kBlocksAtOnce = kDecodeThreads / kRowsPieces;
+    for (int j0 = 0; j0 < kMhcStreams; j0 += kBlocksAtOnce) {
+      const int j = j0 + tid / kRowsPieces;
+      if (j < kMhcStreams && tid < kBlocksAtOnce * kRowsPieces) {
+        cp_async16(sx + ((c * kMhcStreams + j) * 16 + xr) * kRowB + xp * 16,
+                   x_valid ? x_c + j * dim : x, x_valid);
+      }
+    }
+    fn_c += fn_chunk;
+    x_c += kChunk;
   }
   cp_async_commit();
   cp_async_wait<0>();
