@@ -31,6 +31,9 @@
 // --gpu-only: each decode step starts behind a 30 ms GPU spin, so the host has enqueued the whole
 // step before the GPU runs it: the block and op times are then GPU execution alone (launch gaps
 // included, host-bound waits excluded); the wall ms/step includes the spin.
+// --kernel-trace CSV: every kernel of the timed decode steps through CUPTI (GPU start and end as
+// they ran, PDL overlap kept): a table per kernel name (GPU µs and launches per step) and the
+// step's idle GPU time; every kernel's interval is written to CSV.
 // Decode steps pick each next token greedily with the GPU sampler (SequenceChunk::sampling, as the
 // engine does): only token ids come back. --host-logits: the logits come back and the argmax runs
 // on the host (the path before GPU sampling).
@@ -53,6 +56,7 @@
 #include "common/error.h"
 #include "config/model_config.h"
 #include "engram/token_map.h"
+#include "kernel_trace.h"
 #include "kernels/params/kv_cache.h"
 #include "model/deepseek_v41/cuda_model.h"
 #include "model/layer_plan.h"
@@ -242,14 +246,16 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16] "
-                 "[--extrapolate CONFIG [--gpus G]] [--ops] [--gpu-only] [--host-logits]\n",
+                 "[--extrapolate CONFIG [--gpus G]] [--ops] [--gpu-only] [--host-logits] "
+                 "[--kernel-trace CSV]\n",
                  argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
   int64_t prompt = 4096, decode = 16, batch = 1, gpus = 1;
   bool exact = false, bf16 = false, ops = false, gpu_only = false, host_logits = false;
-  std::string extrapolate_to;
+  std::string extrapolate_to, trace_csv;
+  bool kernel_trace = false;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--exact") == 0) {
       exact = true;
@@ -263,6 +269,9 @@ int main(int argc, char** argv) {
       host_logits = true;
     } else if (std::strcmp(argv[i], "--extrapolate") == 0 && i + 1 < argc) {
       extrapolate_to = argv[++i];
+    } else if (std::strcmp(argv[i], "--kernel-trace") == 0 && i + 1 < argc) {
+      kernel_trace = true;
+      trace_csv = argv[++i];
     } else if (std::strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) {
       prompt = std::atoll(argv[++i]);
     } else if (std::strcmp(argv[i], "--decode") == 0 && i + 1 < argc) {
@@ -352,6 +361,8 @@ int main(int argc, char** argv) {
     deepinfer::SamplingParams greedy;
     greedy.temperature = 0;
     std::vector<di::ChunkSampling> sampling(static_cast<size_t>(batch));
+    std::optional<di::bench::KernelTrace> tracer;
+    if (kernel_trace) tracer.emplace();
     // Step -1 is a warm-up: the first decode step after the prefills folds the pinned host
     // memory the prefills grew (tens of ms once) and grows the decode-sized buffers; it is not
     // timed.
@@ -359,6 +370,7 @@ int main(int argc, char** argv) {
       if (step == 0) {
         t3 = std::chrono::steady_clock::now();
         if (ops) di::cuda_forward_reset_op_times(*model);
+        if (tracer) tracer->start();
       }
       for (size_t s = 0; s < chunks.size(); ++s) {
         chunks[s] = di::SequenceChunk{seqs[s].get(), std::span<const int64_t>(&next[s], 1)};
@@ -394,6 +406,11 @@ int main(int argc, char** argv) {
       }
     }
     const auto t4 = std::chrono::steady_clock::now();
+    std::vector<di::bench::KernelRecord> kernels;
+    if (tracer) {
+      DI_CUDA_CHECK(cudaDeviceSynchronize());
+      kernels = tracer->stop();
+    }
     auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     std::printf("model %s, %s activations, %s linears, copy %.0f GB/s\n", dir.c_str(),
                 bf16 ? "bf16" : "fp32", exact ? "exact-order" : "tensor-core", copy);
@@ -441,6 +458,10 @@ int main(int argc, char** argv) {
       // Per decode step; the events themselves add ~1-2 us per launch.
       print_op_table("op (decode step)", "us/step", di::cuda_forward_op_times(*model),
                      static_cast<double>(decode));
+    }
+    if (tracer) {
+      di::bench::print_kernel_table(kernels, static_cast<double>(decode));
+      di::bench::write_kernel_csv(kernels, trace_csv);
     }
     if (!extrapolate_to.empty() && !extrapolate(extrapolate_to, cfg, plan, block_us, head_us,
                                                 prompt + decode / 2, batch, copy, gpus)) {
