@@ -239,6 +239,38 @@ int main() {
     }
   }
 
+  {  // Small heads through lm_head (the router [384, 5120], the compressor's [512, 5120], the
+     // indexer's weights [32, 5120]; bf16 rows as in the bf16 forward): 16 weight copies rotated
+     // (> L2, as a forward's layers are), bytes = weight + x + logits.
+    struct Small {
+      const char* name;
+      int64_t vocab;
+    };
+    for (const Small sh : {Small{"[M,5120]x[384,5120]", 384}, Small{"[M,5120]x[512,5120]", 512},
+                           Small{"[M,5120]x[32,5120]", 32}}) {
+      constexpr int kCopies = 16;
+      const size_t wbytes = static_cast<size_t>(sh.vocab * dim * 2);
+      DeviceBuffer ws = random_buffer(wbytes * kCopies, 11, s, true);
+      DeviceBuffer logits(size_t{256} * static_cast<size_t>(sh.vocab) * 4, "logits");
+      for (const int64_t m : {int64_t{1}, int64_t{8}, int64_t{64}, int64_t{256}}) {
+        di::LmHeadParams p;
+        p.x = xb.data();
+        p.x_precision = di::ActPrecision::kBF16;
+        p.logits = logits.as<float>();
+        p.rows = m;
+        p.vocab = sh.vocab;
+        p.dim = dim;
+        int copy = 0;
+        const double t = time_ms(s, 32, [&] {
+          p.weight = ws.as<uint16_t>() + static_cast<size_t>(copy++ % kCopies) * wbytes / 2;
+          di::lm_head(p, s);
+        });
+        report("lm_head small bf16 x", sh.name, m, t,
+               static_cast<double>(wbytes + static_cast<size_t>(m * dim * 2 + m * sh.vocab * 4)));
+      }
+    }
+  }
+
   {  // Sampler: vocab 129,280, random logits N(0, 3^2).
     const int64_t rows = 256;
     DeviceBuffer logits = random_buffer(static_cast<size_t>(rows * vocab * 4), 7, s);

@@ -231,10 +231,13 @@ TEST(LmHeadGenericDims, MatchesCpuLinearAndIsBatchInvariant) {
   struct Shape2 {
     int64_t vocab, dim;
   };
-  // The last: the V4.1 router (384 x 5120): 37 rows spread over three CTAs in y (tiled kernel),
-  // 1 and 9 rows on the plain kernels.
-  for (const Shape2 sh :
-       {Shape2{12, 192}, Shape2{1280, 192}, Shape2{515, 64}, Shape2{33, 67}, Shape2{384, 5120}}) {
+  // dim % 256 == 0 with vocab <= kLmHeadKSplitMaxVocab runs the dim-split kernel: the V4.1
+  // router (384 x 5120, 37 rows in five row tiles over the grid's y), the indexer's weights
+  // (32 x 5120), one chunk per CTA (4096 x 256, the largest such vocab); one more vocab row
+  // (4097 x 256) runs the plain and tiled kernels.
+  for (const Shape2 sh : {Shape2{12, 192}, Shape2{1280, 192}, Shape2{515, 64}, Shape2{33, 67},
+                          Shape2{384, 5120}, Shape2{32, 5120}, Shape2{kLmHeadKSplitMaxVocab, 256},
+                          Shape2{kLmHeadKSplitMaxVocab + 1, 512}}) {
     const int64_t rows = 37, stride = sh.vocab + 3;
     const auto wf = random_normal(static_cast<size_t>(sh.vocab * sh.dim), 40 + sh.dim, 0.1f);
     const std::vector<uint16_t> wb = to_bf16(wf);
@@ -287,7 +290,8 @@ TEST(LmHeadGenericDims, MatchesCpuLinearAndIsBatchInvariant) {
     EXPECT_LE(max_err, 2e-5 * max_abs) << "dim " << sh.dim;
     EXPECT_LE(std::sqrt(err2 / ref2), 2e-6) << "dim " << sh.dim;
     EXPECT_LE(std::sqrt(derr2 / dref2), 1e-6) << "dim " << sh.dim;
-    for (const int64_t m : {int64_t{1}, int64_t{9}}) {
+    // 1, 2, 5, 9 rows: the dim-split kernel's 1-, 2-, 4- and 8-row tiles.
+    for (const int64_t m : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{9}}) {
       const auto part = run(m);
       EXPECT_EQ(std::memcmp(part.data(), got.data(), part.size() * 4), 0)
           << "rows of an M = " << m << " batch differ from the same rows at M = " << rows

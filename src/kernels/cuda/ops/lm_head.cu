@@ -293,6 +293,137 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The small heads (vocab <= kLmHeadKSplitMaxVocab: the routers, the compressor and indexer
+// projections): the plain kernel gives them vocab / 32 CTAs (12 for a 384-row router), each warp
+// walking all of dim, so they ran latency-bound (H200, bf16 rows: ~7 us at M = 1 and ~66 us at
+// M = 8 for 3.9 MB of weights). Here a CTA owns kN vocabulary rows and its 8 warps split dim:
+// warp w takes the 256-element chunks w, w + 8, ... ascending; lane l the 8 elements (chunk, l)
+// as in the plain kernel (fp32 fma, e ascending); then the same butterfly per warp, then the
+// warps' sums added in warp order. The order depends on dim only: rows stay batch-invariant. Row
+// tiles (1 to 8 rows) spread over the grid's y; W is re-read once per tile (from L2).
+// A row's 8 activations as loaded (fp32: two 16-byte loads; bf16: one), widened at use: the
+// same values load_x8 gives.
+template <typename XT>
+struct XRaw;
+template <>
+struct XRaw<float> {
+  float4 a, b;
+};
+template <>
+struct XRaw<uint16_t> {
+  uint4 v;
+};
+__device__ __forceinline__ void load_x_raw(const float* xr, XRaw<float>& r) {
+  r.a = *reinterpret_cast<const float4*>(xr);
+  r.b = *reinterpret_cast<const float4*>(xr + 4);
+}
+__device__ __forceinline__ void load_x_raw(const uint16_t* xr, XRaw<uint16_t>& r) {
+  r.v = *reinterpret_cast<const uint4*>(xr);
+}
+__device__ __forceinline__ void widen_x(const XRaw<float>& r, float (&xv)[8]) {
+  xv[0] = r.a.x, xv[1] = r.a.y, xv[2] = r.a.z, xv[3] = r.a.w;
+  xv[4] = r.b.x, xv[5] = r.b.y, xv[6] = r.b.z, xv[7] = r.b.w;
+}
+__device__ __forceinline__ void widen_x(const XRaw<uint16_t>& r, float (&xv)[8]) {
+  const uint32_t words[4] = {r.v.x, r.v.y, r.v.z, r.v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    xv[2 * e] = __uint_as_float(words[e] << 16);
+    xv[2 * e + 1] = __uint_as_float(words[e] & 0xFFFF0000u);
+  }
+}
+
+template <int kSplitM, typename XT>
+__global__ void __launch_bounds__(kThreads)
+    lm_head_ksplit_kernel(const XT* __restrict__ x, const uint16_t* __restrict__ w,
+                          float* __restrict__ out, int64_t rows, int64_t vocab, int64_t dim,
+                          int64_t out_stride) {
+  static_assert(kSplitM * kN <= 32, "one output per lane");
+  __shared__ float part[kWarps][32];
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const uint16_t* wrow[kN];
+#pragma unroll
+  for (int n = 0; n < kN; ++n)
+    wrow[n] = w + (n0 + n < vocab ? n0 + n : n0) * dim;
+  const int chunks = static_cast<int>(dim / 256);
+  auto load_chunk = [&](int c, uint4(&raw)[kN]) {
+#pragma unroll
+    for (int n = 0; n < kN; ++n)
+      raw[n] = __ldg(reinterpret_cast<const uint4*>(wrow[n] + (c * 32 + lane) * 8));
+  };
+  // The weights do not depend on the previous kernel: the first chunk is requested before the
+  // wait.
+  uint4 next[kN];
+  if (warp < chunks) load_chunk(warp, next);
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
+  for (int64_t m0 = static_cast<int64_t>(blockIdx.y) * kSplitM; m0 < rows;
+       m0 += static_cast<int64_t>(gridDim.y) * kSplitM) {
+    float acc[kSplitM][kN];
+#pragma unroll
+    for (int m = 0; m < kSplitM; ++m) {
+#pragma unroll
+      for (int n = 0; n < kN; ++n)
+        acc[m][n] = 0.0f;
+    }
+    for (int c = warp; c < chunks; c += kWarps) {
+      const int64_t k = (static_cast<int64_t>(c) * 32 + lane) * 8;
+      // The tile's activations are all requested at once (rows past the end repeat the last
+      // row: no branch between the loads; their sums are never stored).
+      XRaw<XT> xr[kSplitM];
+#pragma unroll
+      for (int m = 0; m < kSplitM; ++m)
+        load_x_raw(x + (m0 + m < rows ? m0 + m : rows - 1) * dim + k, xr[m]);
+      float wf[kN][8];
+      widen_w8(next, wf);
+      // The warp's next chunk (or the next row tile's first) in flight while this one is used.
+      if (c + kWarps < chunks) {
+        load_chunk(c + kWarps, next);
+      } else if (m0 + static_cast<int64_t>(gridDim.y) * kSplitM < rows) {
+        load_chunk(warp, next);
+      }
+#pragma unroll
+      for (int m = 0; m < kSplitM; ++m) {
+        float xv[8];
+        widen_x(xr[m], xv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+#pragma unroll
+          for (int n = 0; n < kN; ++n)
+            acc[m][n] = fmaf(xv[e], wf[n][e], acc[m][n]);
+        }
+      }
+    }
+    // Per warp: the butterfly (lane m * kN + n holds output (m, n)); then warp 0 adds the warps'
+    // sums in warp order.
+    float mine = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kSplitM; ++m) {
+#pragma unroll
+      for (int n = 0; n < kN; ++n) {
+        float s = acc[m][n];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+          s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == m * kN + n) mine = s;
+      }
+    }
+    part[warp][lane] = mine;
+    __syncthreads();
+    if (warp == 0) {
+      float s = part[0][lane];
+#pragma unroll
+      for (int v = 1; v < kWarps; ++v)
+        s += part[v][lane];
+      const int m = lane / kN, n = lane % kN;
+      if (m < kSplitM && m0 + m < rows && n0 + n < vocab) out[(m0 + m) * out_stride + n0 + n] = s;
+    }
+    __syncthreads();  // part is reused by the next row tile
+  }
+}
+
 // CTAs of kWarps warps, kN vocabulary rows per warp (every CUDA-core kernel here).
 unsigned warp_grid(int64_t vocab) {
   const int64_t warps = (vocab + kN - 1) / kN;
@@ -317,6 +448,21 @@ void dispatch(const LmHeadParams& p, int64_t stride, cudaStream_t stream) {
   DI_CHECK(
       reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.weight) % 16 == 0,
       "lm_head: x and weight must be 16-byte aligned");
+  if (p.vocab <= kLmHeadKSplitMaxVocab) {
+    // The row tile (1, 2, 4 or 8 rows) sets only how the rows are spread over the grid, never
+    // an output's arithmetic.
+    const int tile = p.rows >= 8 ? 8 : p.rows >= 4 ? 4 : p.rows >= 2 ? 2 : 1;
+    const int64_t tiles = (p.rows + tile - 1) / tile;
+    const dim3 grid(static_cast<unsigned>((p.vocab + kN - 1) / kN),
+                    static_cast<unsigned>(tiles < 65535 ? tiles : 65535));
+    auto kernel = tile == 8   ? lm_head_ksplit_kernel<8, XT>
+                  : tile == 4 ? lm_head_ksplit_kernel<4, XT>
+                  : tile == 2 ? lm_head_ksplit_kernel<2, XT>
+                              : lm_head_ksplit_kernel<1, XT>;
+    cuda_detail::launch_pdl(kernel, grid, kThreads, 0, stream, x, p.weight, p.logits, p.rows,
+                            p.vocab, p.dim, stride);
+    return;
+  }
   // The row tile only sets how often W is re-read: every output's arithmetic is the same.
   // H200: kM = 8 re-reads W half as often as 4 (M = 8: 1.12 ms vs 1.42 ms with two kM = 4
   // tiles); below 8 rows the smaller tiles waste no lanes.

@@ -15,10 +15,13 @@ namespace di {
 //   the vocabulary heads): the tensor-core kernel. H200, vocab 129,280 x 5120: 349 / 353 / 473
 //   us at M = 1 / 4 / 64 against the CUDA-core kernels' 299 / 437 / 5,319 us.
 // - otherwise (fp32 activations, whose IEEE-order fp32 sums meet the fp32 fixtures' rule; the
-//   routers and the compressor / indexer projections): the CUDA-core kernels.
+//   routers and the compressor / indexer projections): the CUDA-core kernels; among them the
+//   heads of vocab <= kLmHeadKSplitMaxVocab with dim % 256 == 0 (routers, compressor and indexer
+//   projections) split dim over a CTA's warps (one summation order per dim, whatever M).
 void lm_head(const LmHeadParams& params, cudaStream_t stream);
 inline constexpr int64_t kLmHeadTensorCoreMinVocab = 16384;
 inline constexpr int64_t kLmHeadTensorCoreDimMultiple = 64;
+inline constexpr int64_t kLmHeadKSplitMaxVocab = 4096;
 bool lm_head_uses_tensor_cores(const LmHeadParams& params);
 
 // The CUDA-core kernels: fp32 FMA chains, k ascending per lane, a fixed warp reduction.
