@@ -1327,7 +1327,11 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   sw.rows = S;
   sw.ring_block = static_cast<int32_t>(i);
   sw.window = static_cast<int32_t>(win);
-  sw.write_ring = false;
+  // A row at position p replaces ring slot p - window, which no query of its own sequence reads
+  // unless the sequence has more than one row in the step: with one row per sequence (decode)
+  // the ring is written here, beside the chunk's copy, instead of in a launch after the attention.
+  const bool ring_now = S == B;
+  sw.write_ring = ring_now;
   sw.eps = static_cast<float>(cfg_.rms_norm_eps);
   sw.dim = static_cast<int32_t>(hd);
   sw.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
@@ -1391,10 +1395,12 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   sparse_attention(ap, stream_.get());
   after("sparse_attention");
   trace_act(i, "attn.o", ap.out, {S, H, hd});
-  sw.write_ring = true;
-  sw.chunk_entries = nullptr;
-  swa_write(sw, ls_);
-  after("swa_write");
+  if (!ring_now) {
+    sw.write_ring = true;
+    sw.chunk_entries = nullptr;
+    swa_write(sw, stream_.get());
+    after("swa_write");
+  }
 
   // Grouped low-rank output (wo_a), then act_quant + wo_b.
   const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank;
