@@ -51,6 +51,11 @@ struct WoAParams {
   int64_t group_width = 0;  // gw: % 64 == 0, % block == 0, gw / wo_a_k_split(gw) <= 1024
                             // (every multiple of 512 up to 8192, every gw <= 1024)
   void* z = nullptr;        // [rows, groups * rank], same precision as o
+  // Optional, for wo_b's FP8 GEMM: act_quant of the stored z with block 32 (the standalone
+  // act_quant's bits), written beside z: e4m3 codes [rows, groups * rank] and UE8M0 scale bytes
+  // [rows, groups * rank / 32]. Only where wo_a_fuses_act_quant(params) (V4.1's shapes).
+  uint8_t* z_codes = nullptr;
+  uint8_t* z_scales = nullptr;
 };
 
 }  // namespace di

@@ -33,6 +33,7 @@
 #include "common/error.h"
 #include "core/tensor_view.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cuda/ops/act_quant.cuh"
 #include "tests_support/error_of.h"
 
 namespace di {
@@ -378,6 +379,59 @@ TEST(WoAGpu, RowsAreBatchInvariant) {
   }
 }
 
+// wo_a's fused act_quant of z (z_codes / z_scales, what wo_b's FP8 GEMM reads): bitwise the
+// standalone act_quant of the z it stores, and z itself bitwise the unfused launch's, at V4.1's
+// shape, 1 / 7 / 16 / 200 rows (16- and 64-token CTAs), both storages.
+TEST(WoAGpu, FusedActQuantIsTheStandaloneActQuant) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const Fp8Weight w = random_weight(kG, kR, kGw, 32, 6000, st);
+  const int64_t cols = w.rows();
+  for (const ActPrecision prec : {ActPrecision::kF32, ActPrecision::kBF16}) {
+    for (const int64_t rows : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{200}}) {
+      const Act a = random_act(rows, kG * kGw, prec, 6100 + static_cast<uint64_t>(rows), st);
+      const auto n = static_cast<size_t>(rows * cols);
+      const size_t esize = prec == ActPrecision::kBF16 ? 2 : 4;
+      DeviceBuffer z(n * esize, "z"), zq = poisoned<uint8_t>(n, st),
+                                      zs = poisoned<uint8_t>(n / 32, st), rq(n, "ref codes"),
+                                      rs(n / 32, "ref scales");
+      WoAParams p;
+      p.o = a.d.data();
+      p.precision = prec;
+      p.weight = w.d_codes.as<uint8_t>();
+      p.weight_scale = w.d_scales.as<uint8_t>();
+      p.rows = rows;
+      p.groups = kG;
+      p.rank = kR;
+      p.group_width = kGw;
+      p.z = z.data();
+      p.z_codes = zq.as<uint8_t>();
+      p.z_scales = zs.as<uint8_t>();
+      ASSERT_TRUE(wo_a_fuses_act_quant(p));
+      wo_a(p, st);
+      ActQuantParams q;
+      q.x = z.data();
+      q.codes = rq.as<uint8_t>();
+      q.scales = rs.as<uint8_t>();
+      q.rows = rows;
+      q.dim = cols;
+      q.block = 32;
+      q.precision = prec;
+      act_quant(q, st);
+      const std::string what = std::string(name_of(prec)) + " rows " + std::to_string(rows);
+      EXPECT_EQ(download<uint8_t>(zq, n, st), download<uint8_t>(rq, n, st)) << what;
+      EXPECT_EQ(download<uint8_t>(zs, n / 32, st), download<uint8_t>(rs, n / 32, st)) << what;
+      const std::vector<float> fused = prec == ActPrecision::kBF16
+                                           ? dense_test::from_bf16(download<uint16_t>(z, n, st))
+                                           : download<float>(z, n, st);
+      const std::vector<float> plain = run_wo_a(w, a, st);
+      ASSERT_EQ(fused.size(), plain.size());
+      EXPECT_EQ(std::memcmp(fused.data(), plain.data(), fused.size() * 4), 0) << what;
+    }
+  }
+}
+
 // The launcher validates before any CUDA call, so this runs without a GPU (in CI): the pointers
 // are host addresses that are never dereferenced.
 TEST(WoALaunch, RejectsBadParamsBeforeAnyDeviceWork) {
@@ -437,6 +491,16 @@ TEST(WoALaunch, RejectsBadParamsBeforeAnyDeviceWork) {
     edit(p);
     EXPECT_THROW(wo_a(p, st), Error);
   }
+  // The fused act_quant: codes and scales together, and only where a cluster rank stores whole
+  // 32-column blocks (group_width 256: one slice, 256-row ranks).
+  EXPECT_TRUE(wo_a_fuses_act_quant(ok));
+  msg = message([](WoAParams& p) { p.z_codes = reinterpret_cast<uint8_t*>(fake); });
+  EXPECT_NE(msg.find("z_codes and z_scales go together"), std::string::npos) << msg;
+  msg = message([](WoAParams& p) {
+    p.group_width = 256;
+    p.z_codes = p.z_scales = reinterpret_cast<uint8_t*>(fake);
+  });
+  EXPECT_NE(msg.find("act_quant of z needs 32-row cluster ranks"), std::string::npos) << msg;
   // Zero rows: nothing to do, null pointers allowed, no device touched.
   WoAParams empty = ok;
   empty.rows = 0;

@@ -345,10 +345,26 @@ __global__ void __launch_bounds__(kThreads, kTokens == kSmallTokens ? 3 : (kF32 
     for (int q = 1; q < kMaxSplit; ++q)
       if (q < plan.split) v += parts[q][e];
     const int64_t o = (t0 + tok) * zrow + group * R + row0 + r;
+    float stored = v;  // z's value as stored
     if constexpr (kF32) {
       ops_detail::store1(static_cast<float*>(p.z) + o, v);
     } else {
-      ops_detail::store1(static_cast<uint16_t*>(p.z) + o, v);
+      const uint32_t bits = ops_detail::pack_bf16x2(v, 0.0f) & 0xFFFFu;
+      static_cast<uint16_t*>(p.z)[o] = static_cast<uint16_t>(bits);
+      stored = __uint_as_float(bits << 16);
+    }
+    if (p.z_codes != nullptr) {
+      // rpr == 32 (wo_a_fuses_act_quant): this warp's 32 lanes hold one token's 32-column block
+      // (i = 32 w + lane + 256 j: tok uniform, r = lane; the skip above is warp-uniform). The
+      // standalone act_quant's steps on the same stored values.
+      float amax = fabsf(stored);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
+      const uint32_t byte = ops_detail::act_scale_byte(amax);
+      const float q = __fmul_rn(stored, ops_detail::inv_scale_from_byte(byte));
+      p.z_codes[o] = static_cast<uint8_t>(ops_detail::e4m3x4(make_float4(q, q, q, q)) & 0xFFu);
+      if ((threadIdx.x & 31) == 0) p.z_scales[o / 32] = static_cast<uint8_t>(byte);
     }
   }
   cluster.sync();  // no CTA leaves while the others still read its partial sums
@@ -364,6 +380,10 @@ int wo_a_k_split(int64_t group_width) {
          group_width / split > 512)
     split *= 2;
   return split;
+}
+
+bool wo_a_fuses_act_quant(const WoAParams& p) {
+  return p.group_width > 0 && kCtaRows / wo_a_k_split(p.group_width) == 32 && p.rank % 32 == 0;
 }
 
 void wo_a(const WoAParams& p, cudaStream_t stream) {
@@ -394,6 +414,12 @@ void wo_a(const WoAParams& p, cudaStream_t stream) {
   const int64_t ctas = split * chunks * p.groups * tiles;
   DI_CHECK(ctas <= INT32_MAX, "wo_a: rows {} groups {} rank {} need {} CTAs (more than a grid)",
            p.rows, p.groups, p.rank, ctas);
+  DI_CHECK((p.z_codes == nullptr) == (p.z_scales == nullptr),
+           "wo_a: z_codes and z_scales go together (rows {})", p.rows);
+  DI_CHECK(p.z_codes == nullptr || wo_a_fuses_act_quant(p),
+           "wo_a: act_quant of z needs 32-row cluster ranks (group_width {} splits {} ways, rank "
+           "{})",
+           p.group_width, split, p.rank);
   if (p.rows == 0) return;
   DI_CHECK(p.o != nullptr && p.weight != nullptr && p.weight_scale != nullptr && p.z != nullptr,
            "wo_a: null o, weight, weight_scale or z (rows {}, groups {}, rank {}, group_width {})",

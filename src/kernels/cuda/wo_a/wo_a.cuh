@@ -24,4 +24,9 @@ void pack_wo_a_weight(const uint8_t* src, int64_t rows, int64_t group_width, uin
 // z = the grouped projection of o by the FP8 block-scaled wo_a (decode regime: weight streaming).
 void wo_a(const WoAParams& params, cudaStream_t stream);
 
+// Whether wo_a can also write z's block-32 act_quant (WoAParams::z_codes / z_scales): when each
+// cluster rank stores whole 32-column blocks of z (256 / wo_a_k_split(group_width) == 32, rank a
+// multiple of 32; V4.1: yes). A function of the shape only.
+bool wo_a_fuses_act_quant(const WoAParams& params);
+
 }  // namespace di
