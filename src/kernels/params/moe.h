@@ -28,6 +28,9 @@
 
 namespace di {
 
+// The largest number of experts per token the GPU routing ops take (V4.1: 6).
+inline constexpr int32_t kMoeMaxTopk = 16;
+
 struct MoeRouteParams {
   const float* logits = nullptr;        // [rows, experts] gate logits (x . W^T), fp32
   const float* bias = nullptr;          // [experts] selection bias

@@ -31,7 +31,7 @@ namespace {
 
 constexpr int kRouteWarps = 4;
 constexpr int kMaxExperts = 1024;
-constexpr int kMaxTopk = 16;
+constexpr int kMaxTopk = kMoeMaxTopk;
 
 __device__ __forceinline__ float route_score(float logit, float gate_temp) {
   const float x = logit / gate_temp;  // IEEE division, as on the CPU
