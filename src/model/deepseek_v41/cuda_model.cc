@@ -1732,8 +1732,6 @@ void CudaModel::moe(int64_t i, int64_t S) {
   rp.gate_temp = static_cast<float>(cfg_.gate_temp);
   rp.norm_topk_prob = cfg_.norm_topk_prob;
   rp.route_scale = static_cast<float>(cfg_.routed_scaling_factor);
-  moe_route(rp, stream_.get());
-  after("moe_route");
   MoeExpertTilesParams tp;
   tp.experts = E;
   tp.pairs = pairs;
@@ -1755,8 +1753,17 @@ void CudaModel::moe(int64_t i, int64_t S) {
   pp.tiles = tp.tiles;  // the counting permutation writes them too (decode steps)
   pp.tile_tokens = tp.tile_tokens;
   pp.tile_bound = tiles;
-  const bool tiles_done = moe_permute(pp, stream_.get());
-  after("moe_permute");
+  // Decode steps route and permute in one launch; otherwise the router, then the permutation.
+  const bool fused = moe_route_permute(rp, pp, stream_.get());
+  bool tiles_done = fused && pp.tiles != nullptr;  // the counting permutation writes them
+  if (fused) {
+    after("moe_route_permute");
+  } else {
+    moe_route(rp, stream_.get());
+    after("moe_route");
+    tiles_done = moe_permute(pp, stream_.get());
+    after("moe_permute");
+  }
   tp.offsets = pp.offsets;
   if (!tiles_done) {
     moe_expert_tiles(tp, stream_.get());

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "../dense_ops/dense_ops_test_util.h"
@@ -275,6 +277,97 @@ TEST(MoeRouteGpu, CombineIsBitwiseTheCpuOrder) {
   }
 }
 
+// moe_route_permute (one launch for decode steps): every array bitwise the two launches' (ids,
+// weights, offsets, pair order, inverse, tiles), at 1, 5, 8 and 32 rows (image rows included);
+// 33 rows launch nothing and return false.
+TEST(MoeRouteGpu, RoutePermuteIsRouteThenPermute) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const auto bias = random_normal(kE, 16, 0.2f);
+  const auto bias_vl = random_normal(kE, 17, 0.2f);
+  for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{8}, int64_t{32}, int64_t{33}}) {
+    SCOPED_TRACE(::testing::Message() << "rows " << rows);
+    const auto logits = random_normal(static_cast<size_t>(rows * kE), 18 + rows, 3.0f);
+    std::vector<uint8_t> mask(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      mask[static_cast<size_t>(r)] = r % 3 == 1 ? 1 : 0;
+    const int64_t n = rows * kK;
+    DeviceBuffer d_l = upload(logits, st), d_b = upload(bias, st), d_bv = upload(bias_vl, st),
+                 d_m = upload(mask, st);
+    struct Out {
+      std::vector<int32_t> ids, off, idx, pos;
+      std::vector<float> w;
+      std::vector<uint8_t> tiles;
+    };
+    auto run = [&](bool fused) {
+      DeviceBuffer d_ids = poisoned<int32_t>(static_cast<size_t>(n), st),
+                   d_w = poisoned<float>(static_cast<size_t>(n), st),
+                   d_off = poisoned<int32_t>(kE + 1, st),
+                   d_idx = poisoned<int32_t>(static_cast<size_t>(n), st),
+                   d_pos = poisoned<int32_t>(static_cast<size_t>(n), st);
+      MoeRouteParams r;
+      r.logits = d_l.as<float>();
+      r.bias = d_b.as<float>();
+      r.bias_vl = d_bv.as<float>();
+      r.image_mask = d_m.as<uint8_t>();
+      r.ids = d_ids.as<int32_t>();
+      r.weights = d_w.as<float>();
+      r.rows = rows;
+      r.experts = kE;
+      r.topk = kK;
+      r.gate_temp = 1.0f;
+      r.norm_topk_prob = true;
+      r.route_scale = 1.5f;
+      MoePermuteParams p;
+      p.ids = r.ids;
+      p.rows = rows;
+      p.topk = kK;
+      p.experts = kE;
+      p.offsets = d_off.as<int32_t>();
+      p.pair_index = d_idx.as<int32_t>();
+      p.pair_pos = d_pos.as<int32_t>();
+      p.tile_tokens = moe_expert_tile_tokens(kE, n);
+      p.tile_bound = moe_expert_tile_bound(kE, n, p.tile_tokens);
+      const size_t tile_bytes = static_cast<size_t>(p.tile_bound) * sizeof(MoeExpertTile);
+      DeviceBuffer d_tiles(tile_bytes, "tiles");
+      d_tiles.fill_async(0xFF, st);
+      p.tiles = d_tiles.as<MoeExpertTile>();
+      if (fused) {
+        const bool launched = moe_route_permute(r, p, st);
+        EXPECT_EQ(launched, rows <= kMoeRoutePermuteMaxRows);
+        if (!launched) return std::optional<Out>();
+      } else {
+        moe_route(r, st);
+        EXPECT_TRUE(moe_permute(p, st, MoePermuteAlgo::kCount));
+      }
+      Out o;
+      o.ids = download<int32_t>(d_ids, static_cast<size_t>(n), st);
+      o.w = download<float>(d_w, static_cast<size_t>(n), st);
+      o.off = download<int32_t>(d_off, kE + 1, st);
+      o.idx = download<int32_t>(d_idx, static_cast<size_t>(n), st);
+      o.pos = download<int32_t>(d_pos, static_cast<size_t>(n), st);
+      o.tiles.resize(tile_bytes);
+      d_tiles.copy_to_host_async(o.tiles.data(), tile_bytes, st);
+      stream.synchronize();
+      return std::optional<Out>(std::move(o));
+    };
+    const std::optional<Out> two = run(false), one = run(true);
+    ASSERT_TRUE(two.has_value());
+    if (rows > kMoeRoutePermuteMaxRows) {
+      EXPECT_FALSE(one.has_value());
+      continue;
+    }
+    ASSERT_TRUE(one.has_value());
+    EXPECT_EQ(one->ids, two->ids);
+    EXPECT_EQ(std::memcmp(one->w.data(), two->w.data(), one->w.size() * 4), 0);
+    EXPECT_EQ(one->off, two->off);
+    EXPECT_EQ(one->idx, two->idx);
+    EXPECT_EQ(one->pos, two->pos);
+    EXPECT_EQ(one->tiles, two->tiles);
+  }
+}
+
 TEST(MoeRouteGpu, BadParamsAreRejected) {
   MoeRouteParams r;
   r.rows = 1;
@@ -289,6 +382,27 @@ TEST(MoeRouteGpu, BadParamsAreRejected) {
   c.topk = 6;
   c.dim = 5122;  // not a multiple of 4
   EXPECT_THROW(moe_combine(c, nullptr), Error);
+  // The fused route + permutation: the permutation must read the route's ids.
+  // (Host pointers: the launcher throws before any device work.)
+  int32_t ids[6] = {};
+  float f[6] = {};
+  r.topk = 6;
+  r.gate_temp = 1.0f;
+  r.logits = r.bias = r.weights = f;
+  r.ids = ids;
+  MoePermuteParams p;
+  p.rows = 1;
+  p.topk = 6;
+  p.experts = 384;
+  p.offsets = ids;
+  p.ids = ids + 1;
+  try {
+    moe_route_permute(r, p, nullptr);
+    ADD_FAILURE() << "expected di::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must read the route's ids"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -41,23 +41,24 @@ __device__ __forceinline__ float route_score(float logit, float gate_temp) {
   return sqrtf(sp);
 }
 
-__global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRouteParams p) {
-  cuda_detail::pdl_wait();
-  cuda_detail::pdl_launch_dependents();
-  __shared__ float s_score[kRouteWarps][kMaxExperts];
-  __shared__ float s_sel[kRouteWarps][kMaxExperts];
-  __shared__ uint8_t s_taken[kRouteWarps][kMaxExperts];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
-  if (row >= p.rows) return;
+// The route of one row by one warp, in its slot of the shared score arrays.
+struct RouteSlots {
+  float score[kRouteWarps][kMaxExperts];
+  float sel[kRouteWarps][kMaxExperts];
+  uint8_t taken[kRouteWarps][kMaxExperts];
+};
+
+__device__ __forceinline__ void route_row(const MoeRouteParams& p, int64_t row, RouteSlots& sm,
+                                          int warp, int lane) {
+  __syncwarp();  // the slot's previous row is done
   const bool image = p.image_mask != nullptr && p.image_mask[row] != 0;
   const float* bias = image && p.bias_vl != nullptr ? p.bias_vl : p.bias;
   const float* logits = p.logits + row * p.experts;
   for (int e = lane; e < p.experts; e += 32) {
     const float s = route_score(logits[e], p.gate_temp);
-    s_score[warp][e] = s;
-    s_sel[warp][e] = s + bias[e];
-    s_taken[warp][e] = 0;
+    sm.score[warp][e] = s;
+    sm.sel[warp][e] = s + bias[e];
+    sm.taken[warp][e] = 0;
   }
   __syncwarp();
   int ids[kMaxTopk];
@@ -70,8 +71,8 @@ __global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRo
     float best = -INFINITY;
     int best_e = kMaxExperts;
     for (int e = lane; e < p.experts; e += 32) {
-      if (s_taken[warp][e]) continue;
-      const float v = s_sel[warp][e];
+      if (sm.taken[warp][e]) continue;
+      const float v = sm.sel[warp][e];
       if (best_e == kMaxExperts || v > best) {  // ascending e per lane: ties keep the lowest id
         best = v;
         best_e = e;
@@ -89,10 +90,10 @@ __global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRo
       }
     }
     ids[j] = best_e;
-    w[j] = s_score[warp][best_e];
+    w[j] = sm.score[warp][best_e];
     sum += w[j];
     __syncwarp();
-    if (lane == 0) s_taken[warp][best_e] = 1;
+    if (lane == 0) sm.taken[warp][best_e] = 1;
     __syncwarp();
   }
   if (lane == 0) {
@@ -105,6 +106,16 @@ __global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRo
       p.weights[row * p.topk + j] = v * scale;
     }
   }
+}
+
+__global__ void __launch_bounds__(32 * kRouteWarps) moe_route_kernel(const MoeRouteParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
+  __shared__ RouteSlots sm;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (row >= p.rows) return;
+  route_row(p, row, sm, warp, lane);
 }
 
 __global__ void iota_kernel(int32_t* v, int64_t n) {
@@ -137,12 +148,23 @@ __global__ void offsets_kernel(const int32_t* keys, const int32_t* pair_index, i
 constexpr int kCountThreads = 1024;
 static_assert(kCountThreads >= kMaxExperts, "one expert per thread in the scan");
 
-__global__ void __launch_bounds__(kCountThreads)
-    permute_count_kernel(const int32_t* ids, int32_t n, int32_t experts, int32_t* offsets,
-                         int32_t* pair_index, int32_t* pair_pos, MoeExpertTile* tiles,
-                         int32_t tile_tokens, int32_t tile_bound) {
-  cuda_detail::pdl_wait();
-  cuda_detail::pdl_launch_dependents();
+struct CountArgs {
+  const int32_t* ids;
+  int32_t n, experts;
+  int32_t* offsets;
+  int32_t* pair_index;
+  int32_t* pair_pos;
+  MoeExpertTile* tiles;
+  int32_t tile_tokens, tile_bound;
+};
+
+// The body of the counting permutation, run by all kCountThreads threads of one CTA.
+__device__ __forceinline__ void permute_count(const CountArgs& a) {
+  const int32_t* ids = a.ids;
+  const int32_t n = a.n, experts = a.experts;
+  int32_t* offsets = a.offsets;
+  int32_t* pair_index = a.pair_index;
+  int32_t* pair_pos = a.pair_pos;
   using Scan = cub::BlockScan<int32_t, kCountThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int32_t cursor[kMaxExperts];
@@ -163,11 +185,11 @@ __global__ void __launch_bounds__(kCountThreads)
   }
   if (tid == 0) offsets[experts] = n;
   __syncthreads();
-  if (tiles != nullptr) {
+  if (a.tiles != nullptr) {
     // moe_expert_tiles' list from the same counts.
     __shared__ int32_t total;
-    moe_detail::write_expert_tiles<kCountThreads>(scan_tmp, total, tid, start, count, tile_tokens,
-                                                  tile_bound, tiles);
+    moe_detail::write_expert_tiles<kCountThreads>(scan_tmp, total, tid, start, count, a.tile_tokens,
+                                                  a.tile_bound, a.tiles);
   }
   if (tid >= 32) return;
   const unsigned lower = (1u << tid) - 1u;
@@ -185,6 +207,29 @@ __global__ void __launch_bounds__(kCountThreads)
       pair_pos[i] = pos;
     }
   }
+}
+
+__global__ void __launch_bounds__(kCountThreads) permute_count_kernel(const CountArgs a) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
+  permute_count(a);
+}
+
+// moe_route then the counting permutation in one CTA (decode steps): warps 0 .. kRouteWarps - 1
+// route the rows in turn, then every thread permutes the ids they wrote (visible to the CTA
+// after the barrier).
+__global__ void __launch_bounds__(kCountThreads)
+    route_permute_kernel(const MoeRouteParams p, const CountArgs a) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
+  __shared__ RouteSlots sm;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (warp < kRouteWarps) {
+    for (int64_t row = warp; row < p.rows; row += kRouteWarps)
+      route_row(p, row, sm, warp, lane);
+  }
+  __syncthreads();
+  permute_count(a);
 }
 
 using ops_detail::load4;
@@ -271,16 +316,54 @@ size_t cub_temp_bytes(int64_t n, int32_t experts) {
 
 }  // namespace
 
-void moe_route(const MoeRouteParams& p, cudaStream_t stream) {
+namespace {
+
+void check_route(const MoeRouteParams& p) {
   DI_CHECK(p.rows >= 0 && p.rows <= INT32_MAX, "moe_route: rows {} out of range", p.rows);
   DI_CHECK(p.experts > 0 && p.experts <= kMaxExperts && p.topk >= 1 && p.topk <= kMaxTopk &&
                p.topk <= p.experts,
            "moe_route: top-{} of {} experts (at most {} of {})", p.topk, p.experts, kMaxTopk,
            kMaxExperts);
   DI_CHECK(p.gate_temp > 0.0f, "moe_route: gate_temp must be positive, got {}", p.gate_temp);
-  if (p.rows == 0) return;
-  DI_CHECK(p.logits != nullptr && p.bias != nullptr && p.ids != nullptr && p.weights != nullptr,
+  DI_CHECK(p.rows == 0 || (p.logits != nullptr && p.bias != nullptr && p.ids != nullptr &&
+                           p.weights != nullptr),
            "moe_route: null logits/bias/ids/weights");
+}
+
+void check_permute_shape(const MoePermuteParams& p) {
+  DI_CHECK(p.rows >= 0 && p.topk >= 1 && p.topk <= kMaxTopk && p.experts > 0 &&
+               p.experts <= kMaxExperts && p.rows * p.topk <= INT32_MAX,
+           "moe_permute: bad shape rows {} topk {} experts {}", p.rows, p.topk, p.experts);
+  DI_CHECK(p.offsets != nullptr, "moe_permute: null offsets");
+}
+
+// The counting permutation's checks and kernel arguments.
+CountArgs count_args(const MoePermuteParams& p) {
+  const int64_t n = p.rows * p.topk;
+  DI_CHECK(n == 0 || (p.ids != nullptr && p.pair_index != nullptr && p.pair_pos != nullptr),
+           "moe_permute: null ids/pair_index/pair_pos");
+  if (p.tiles != nullptr) {
+    DI_CHECK((p.tile_tokens == kMoeTileTokens || p.tile_tokens == kMoeTileTokensPrefill) &&
+                 p.tile_bound == moe_expert_tile_bound(p.experts, n, p.tile_tokens),
+             "moe_permute: tiles of {} pairs, list of {} (moe_expert_tile_bound)", p.tile_tokens,
+             p.tile_bound);
+  }
+  return CountArgs{p.ids,
+                   static_cast<int32_t>(n),
+                   p.experts,
+                   p.offsets,
+                   p.pair_index,
+                   p.pair_pos,
+                   p.tiles,
+                   p.tile_tokens,
+                   static_cast<int32_t>(p.tile_bound)};
+}
+
+}  // namespace
+
+void moe_route(const MoeRouteParams& p, cudaStream_t stream) {
+  check_route(p);
+  if (p.rows == 0) return;
   const auto blocks = static_cast<unsigned>((p.rows + kRouteWarps - 1) / kRouteWarps);
   cuda_detail::launch_pdl(moe_route_kernel, blocks, 32 * kRouteWarps, 0, stream, p);
   DI_CUDA_CHECK(cudaGetLastError());
@@ -301,26 +384,14 @@ size_t moe_permute_workspace_bytes(int64_t rows, int32_t topk, int32_t experts) 
 }
 
 bool moe_permute(const MoePermuteParams& p, cudaStream_t stream, MoePermuteAlgo algo) {
-  DI_CHECK(p.rows >= 0 && p.topk >= 1 && p.topk <= kMaxTopk && p.experts > 0 &&
-               p.experts <= kMaxExperts && p.rows * p.topk <= INT32_MAX,
-           "moe_permute: bad shape rows {} topk {} experts {}", p.rows, p.topk, p.experts);
-  DI_CHECK(p.offsets != nullptr, "moe_permute: null offsets");
+  check_permute_shape(p);
   const int64_t n = p.rows * p.topk;
   if (algo == MoePermuteAlgo::kAuto) {
     algo = n <= kMoePermuteCountMaxPairs ? MoePermuteAlgo::kCount : MoePermuteAlgo::kRadixSort;
   }
   if (algo == MoePermuteAlgo::kCount) {
-    DI_CHECK(n == 0 || (p.ids != nullptr && p.pair_index != nullptr && p.pair_pos != nullptr),
-             "moe_permute: null ids/pair_index/pair_pos");
-    if (p.tiles != nullptr) {
-      DI_CHECK((p.tile_tokens == kMoeTileTokens || p.tile_tokens == kMoeTileTokensPrefill) &&
-                   p.tile_bound == moe_expert_tile_bound(p.experts, n, p.tile_tokens),
-               "moe_permute: tiles of {} pairs, list of {} (moe_expert_tile_bound)", p.tile_tokens,
-               p.tile_bound);
-    }
-    cuda_detail::launch_pdl(permute_count_kernel, 1, kCountThreads, 0, stream, p.ids,
-                            static_cast<int32_t>(n), p.experts, p.offsets, p.pair_index, p.pair_pos,
-                            p.tiles, p.tile_tokens, static_cast<int32_t>(p.tile_bound));
+    const CountArgs a = count_args(p);
+    cuda_detail::launch_pdl(permute_count_kernel, 1, kCountThreads, 0, stream, a);
     return p.tiles != nullptr;
   }
   size_t temp_bytes = 0;
@@ -350,6 +421,25 @@ bool moe_permute(const MoePermuteParams& p, cudaStream_t stream, MoePermuteAlgo 
                           stream, keys_out, p.pair_index, n, p.experts, p.offsets, p.pair_pos);
   DI_CUDA_CHECK(cudaGetLastError());
   return false;
+}
+
+bool moe_route_permute(const MoeRouteParams& route, const MoePermuteParams& permute,
+                       cudaStream_t stream) {
+  check_route(route);
+  check_permute_shape(permute);
+  DI_CHECK(permute.rows == route.rows && permute.topk == route.topk &&
+               permute.experts == route.experts && permute.ids == route.ids,
+           "moe_route_permute: the permutation (rows {} topk {} experts {}) must read the route's "
+           "ids (rows {} topk {} experts {})",
+           permute.rows, permute.topk, permute.experts, route.rows, route.topk, route.experts);
+  if (route.rows == 0 || route.rows > kMoeRoutePermuteMaxRows ||
+      route.rows * route.topk > kMoePermuteCountMaxPairs) {
+    return false;
+  }
+  const CountArgs a = count_args(permute);
+  cuda_detail::launch_pdl(route_permute_kernel, 1, kCountThreads, 0, stream, route, a);
+  DI_CUDA_CHECK(cudaGetLastError());
+  return true;
 }
 
 void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {

@@ -29,6 +29,14 @@ inline constexpr int64_t kMoePermuteCountMaxPairs = 2048;
 bool moe_permute(const MoePermuteParams& params, cudaStream_t stream,
                  MoePermuteAlgo algo = MoePermuteAlgo::kAuto);
 
+// moe_route, then moe_permute's counting algorithm, in one launch (one CTA; decode steps): when
+// 0 < rows <= kMoeRoutePermuteMaxRows and rows * topk <= kMoePermuteCountMaxPairs. Bitwise the
+// two launches' arrays (ids, weights, offsets, pair order, tiles when permute.tiles is set);
+// permute.ids must be route.ids. Returns false, having launched nothing, for other sizes.
+inline constexpr int64_t kMoeRoutePermuteMaxRows = 32;
+bool moe_route_permute(const MoeRouteParams& route, const MoePermuteParams& permute,
+                       cudaStream_t stream);
+
 // y = expert outputs summed per row in ascending expert id, plus the shared expert.
 void moe_combine(const MoeCombineParams& params, cudaStream_t stream);
 
