@@ -19,7 +19,6 @@
 #include <future>
 #include <initializer_list>
 #include <map>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -333,8 +332,6 @@ class CudaModel final : public ForwardModel {
   Stream side_;
   Event fork_, join_;
   cudaStream_t ls_ = nullptr;
-  // The MoE's combine, left by moe() for the FFN site's post side (mhc_post_combine).
-  std::optional<MoeCombineParams> ffn_combine_;
   // Side branches run only when no op is timed, synchronised or traced on the main stream.
   bool side_ok() const { return !cuda_.time_ops && !sync_check_ && tracer_ == nullptr; }
   // The side stream waits for the main stream's work so far; the launch helpers then use it.
@@ -960,9 +957,8 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   side_.synchronize();
   stamp(step_prev_synced_);
   uploads_.reset();
-  ffn_combine_.reset();  // a step that threw inside a block may have left one
-  ls_ = stream_.get();   // a step that threw between the fork and the join left the side stream
-  op_count_ = 0;         // a step that threw left its events unread
+  ls_ = stream_.get();  // a step that threw between the fork and the join left the side stream
+  op_count_ = 0;        // a step that threw left its events unread
   if (cuda_.start_delay_us > 0) gpu_spin(cuda_.start_delay_us, stream_.get());
   mark_op("(step start)");
   stamp(step_tables_begin_);
@@ -1295,22 +1291,8 @@ void CudaModel::block_forward(int64_t i, const Step& step, Shared& shared) {
   trace_mix("ffn_mix", pre_mix);
   trace_act(i, "ffn.x", act("xn", S * D), {S, D});
   moe(i, S);
-  {
-    // The post side with the MoE combine folded in (moe left its params).
-    DI_CHECK(ffn_combine_.has_value(), "block {}: the MoE left no combine", i);
-    MhcPostParams p;
-    p.storage = mhc_storage();
-    p.stream_in = h1;
-    p.post = buf<float>("ffn_mix.post", S * hc);
-    p.comb = buf<float>("ffn_mix.comb", S * hc * hc);
-    p.tokens = S;
-    p.dim = D;
-    p.stream_out = h;
-    mhc_post_combine(p, *ffn_combine_, stream_.get());
-    ffn_combine_.reset();
-    after("mhc_post_combine");
-  }
   trace_act(i, "ffn.out", act("ffn.out", S * D), {S, D});
+  mhc_post_site(act("ffn.out", S * D), h1, h, "ffn_mix");
   trace_act(i, "out", h, {S, hc, D});
 }
 
@@ -1836,10 +1818,8 @@ void CudaModel::moe(int64_t i, int64_t S) {
   cp.topk = K;
   cp.dim = D;
   cp.precision = act_;
-  // Launched by the FFN site's post side, which forms y itself (mhc_post_combine): one launch
-  // less. y is then stored only when a tracer reads it.
-  if (tracer_ == nullptr) cp.y = nullptr;
-  ffn_combine_ = cp;
+  moe_combine(cp, stream_.get());
+  after("moe_combine");
 }
 
 CudaModel::EngramRows CudaModel::start_engram_gather(int64_t i, const std::vector<int64_t>& hashes,

@@ -17,7 +17,6 @@
 #include "backend/cuda/device_buffer.h"
 #include "common/bf16.h"
 #include "kernels/cuda/mhc/mhc.cuh"
-#include "kernels/cuda/moe/moe_route.cuh"
 
 namespace di {
 namespace {
@@ -490,102 +489,6 @@ TEST_F(MhcCudaTest, FinalizeBesideTheNextKernelIsBitwiseMhcPre) {
         EXPECT_EQ(0, std::memcmp(a.post.data(), b.post.data(), a.post.size() * 4));
         EXPECT_EQ(0, std::memcmp(a.comb.data(), b.comb.data(), a.comb.size() * 4));
         EXPECT_FALSE(std::isnan(b.comb[0]));
-      }
-    }
-  }
-}
-
-// The FFN site's post side with the MoE combine folded in (mhc_post_combine): the new stream and
-// the y it writes bitwise moe_combine then mhc_post, with and without the shared expert and the
-// y output, T = 1, 7, 40 at D = 5120 (and T = 3 at 136), both storages.
-TEST_F(MhcCudaTest, PostCombineIsCombineThenPost) {
-  constexpr int32_t kTopk = 6, kExperts = 32;
-  for (MhcStorage st : {MhcStorage::kF32, MhcStorage::kBf16}) {
-    for (const auto& [tokens, dim] :
-         {std::pair<int64_t, int64_t>{1, 5120}, {7, 5120}, {40, 5120}, {3, 136}}) {
-      for (const bool with_shared : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << "T=" << tokens << " D=" << dim << " shared "
-                                          << with_shared << " bf16 " << (st == MhcStorage::kBf16));
-        const int64_t pairs = tokens * kTopk;
-        const size_t es = st == MhcStorage::kF32 ? 4 : 2;
-        std::mt19937_64 rng(static_cast<uint64_t>(tokens * 31 + dim));
-        std::vector<int32_t> ids(static_cast<size_t>(pairs)), pos(static_cast<size_t>(pairs));
-        for (int64_t t = 0; t < tokens; ++t) {
-          std::vector<int32_t> e(kExperts);
-          for (int32_t i = 0; i < kExperts; ++i)
-            e[static_cast<size_t>(i)] = i;
-          std::shuffle(e.begin(), e.end(), rng);
-          std::copy_n(e.begin(), kTopk, ids.begin() + t * kTopk);
-        }
-        for (int64_t i = 0; i < pairs; ++i)
-          pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-        std::shuffle(pos.begin(), pos.end(), rng);
-        const auto eo =
-            to_storage(random_values(static_cast<size_t>(pairs * dim), 70 + dim, 1.0f, st), st);
-        const auto sh =
-            to_storage(random_values(static_cast<size_t>(tokens * dim), 71 + dim, 1.0f, st), st);
-        const auto x = to_storage(
-            random_values(static_cast<size_t>(tokens * kHc * dim), 72 + dim, 1.0f, st), st);
-        std::uniform_real_distribution<float> u(0.0f, 2.0f);
-        std::vector<float> post(static_cast<size_t>(tokens * kHc)), comb(post.size() * kHc);
-        for (auto& v : post)
-          v = u(rng);
-        for (auto& v : comb)
-          v = u(rng) * 0.5f;
-        Stream stream;
-        const cudaStream_t s = stream.get();
-        DeviceBuffer eod(eo.size(), "eo"), shd(sh.size(), "shared"), xd(x.size(), "x"),
-            idd(ids.size() * 4, "ids"), posd(pos.size() * 4, "pos"), pd(post.size() * 4, "post"),
-            cd(comb.size() * 4, "comb");
-        eod.copy_from_host_async(eo.data(), eo.size(), s);
-        shd.copy_from_host_async(sh.data(), sh.size(), s);
-        xd.copy_from_host_async(x.data(), x.size(), s);
-        idd.copy_from_host_async(ids.data(), idd.size(), s);
-        posd.copy_from_host_async(pos.data(), posd.size(), s);
-        pd.copy_from_host_async(post.data(), pd.size(), s);
-        cd.copy_from_host_async(comb.data(), cd.size(), s);
-        const size_t ybytes = static_cast<size_t>(tokens * dim) * es;
-        DeviceBuffer y1(ybytes, "y1"), y2(ybytes, "y2"), o1(x.size(), "o1"), o2(x.size(), "o2");
-        for (DeviceBuffer* b : {&y1, &y2, &o1, &o2})
-          b->fill_async(0xFF, s);
-        MoeCombineParams c;
-        c.expert_out = eod.data();
-        c.shared = with_shared ? shd.data() : nullptr;
-        c.ids = idd.as<int32_t>();
-        c.pair_pos = posd.as<int32_t>();
-        c.y = y1.data();
-        c.rows = tokens;
-        c.topk = kTopk;
-        c.dim = dim;
-        c.precision = st == MhcStorage::kBf16 ? ActPrecision::kBF16 : ActPrecision::kF32;
-        moe_combine(c, s);
-        MhcPostParams p;
-        p.y = y1.data();
-        p.stream_in = xd.data();
-        p.post = pd.as<float>();
-        p.comb = cd.as<float>();
-        p.tokens = tokens;
-        p.dim = dim;
-        p.storage = st;
-        p.stream_out = o1.data();
-        mhc_post(p, s);
-        p.y = nullptr;
-        p.stream_out = o2.data();
-        c.y = with_shared ? y2.data() : nullptr;  // y written in one case, not in the other
-        mhc_post_combine(p, c, s);
-        std::vector<uint8_t> h1(x.size()), h2(x.size()), g1(ybytes), g2(ybytes);
-        o1.copy_to_host_async(h1.data(), h1.size(), s);
-        o2.copy_to_host_async(h2.data(), h2.size(), s);
-        y1.copy_to_host_async(g1.data(), g1.size(), s);
-        y2.copy_to_host_async(g2.data(), g2.size(), s);
-        stream.synchronize();
-        EXPECT_EQ(h1, h2) << "new stream";
-        if (with_shared) {
-          EXPECT_EQ(g1, g2) << "y";
-        }
-        EXPECT_FALSE(from_storage(h2, st).empty() ||
-                     std::isnan(from_storage(h2, st)[static_cast<size_t>(tokens * kHc * dim - 1)]))
-            << "last element unwritten";
       }
     }
   }

@@ -11,7 +11,6 @@
 #include <cstdint>
 
 #include "kernels/params/mhc.h"
-#include "kernels/params/moe.h"
 
 namespace di {
 
@@ -77,13 +76,6 @@ void mhc_pre_with_config(const MhcPreParams& params, int stages, MhcPreGrid grid
 
 // Post side (hc_expand). One launch.
 void mhc_post(const MhcPostParams& params, cudaStream_t stream);
-// The FFN site's post side with the MoE combine folded in, one launch: y is not read from
-// post.y (ignored) but formed as moe_combine forms it (the token's routed outputs in ascending
-// expert id, then the shared expert, summed in fp32, rounded to the storage), and written to
-// combine.y when that is non-null. Bitwise moe_combine then mhc_post. combine.rows, dim and
-// precision must match post.tokens, dim and storage.
-void mhc_post_combine(const MhcPostParams& post, const MoeCombineParams& combine,
-                      cudaStream_t stream);
 // Collapse with a given pre-mix (the head's input). One launch.
 void mhc_collapse(const MhcCollapseParams& params, cudaStream_t stream);
 

@@ -15,7 +15,6 @@
 #include "common/check.h"
 #include "kernels/cuda/mhc/mhc.cuh"
 #include "kernels/cuda/pdl.cuh"
-#include "kernels/params/moe.h"
 
 namespace di {
 namespace {
@@ -59,35 +58,14 @@ struct Vec<MhcStorage::kF32> {
   }
 };
 
-// grid = (ceil(vecs per row / (kThreads * kVecsPerThread)), T). kCombine: y formed from the MoE
-// outputs as moe_combine forms it (mhc_post_combine).
-template <MhcStorage S, bool kCombine>
-__global__ void __launch_bounds__(kThreads) mhc_post_kernel(MhcPostParams p, MoeCombineParams c) {
+// grid = (ceil(vecs per row / (kThreads * kVecsPerThread)), T).
+template <MhcStorage S>
+__global__ void __launch_bounds__(kThreads) mhc_post_kernel(MhcPostParams p) {
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
   constexpr int kE = Vec<S>::kElems;
   const int64_t t = blockIdx.y;
   const int64_t vecs = p.dim / kE;
-  __shared__ int32_t s_pos[kMoeMaxTopk];
-  if constexpr (kCombine) {
-    if (threadIdx.x == 0) {
-      // The token's pairs in ascending expert id (insertion sort of <= 16), as moe_combine.
-      int32_t e[kMoeMaxTopk], q[kMoeMaxTopk];
-      for (int j = 0; j < c.topk; ++j) {
-        const int32_t ej = c.ids[t * c.topk + j], qj = c.pair_pos[t * c.topk + j];
-        int i = j;
-        for (; i > 0 && e[i - 1] > ej; --i) {
-          e[i] = e[i - 1];
-          q[i] = q[i - 1];
-        }
-        e[i] = ej;
-        q[i] = qj;
-      }
-      for (int j = 0; j < c.topk; ++j)
-        s_pos[j] = q[j];
-    }
-    __syncthreads();
-  }
   float post[kMhcStreams], comb[kMhcStreams][kMhcStreams];
 #pragma unroll
   for (int k = 0; k < kMhcStreams; ++k)
@@ -107,41 +85,7 @@ __global__ void __launch_bounds__(kThreads) mhc_post_kernel(MhcPostParams p, Moe
     const int64_t v = v0 + u * kThreads;
     if (v >= vecs) break;
     float yv[kE], xv[kMhcStreams][kE];
-    if constexpr (kCombine) {
-      // moe_combine's sum: the routed outputs in ascending expert id, then the shared expert,
-      // each added in fp32; the stored (rounded) value is this site's y.
-      uint4 ev[kMoeMaxTopk];
-#pragma unroll
-      for (int j = 0; j < kMoeMaxTopk; ++j) {
-        if (j < c.topk) ev[j] = static_cast<const uint4*>(c.expert_out)[s_pos[j] * vecs + v];
-      }
-      float acc[kE];
-#pragma unroll
-      for (int e = 0; e < kE; ++e)
-        acc[e] = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kMoeMaxTopk; ++j) {
-        if (j < c.topk) {
-          float f[kE];
-          Vec<S>::unpack(ev[j], f);
-#pragma unroll
-          for (int e = 0; e < kE; ++e)
-            acc[e] = __fadd_rn(acc[e], f[e]);
-        }
-      }
-      if (c.shared != nullptr) {
-        float f[kE];
-        Vec<S>::unpack(static_cast<const uint4*>(c.shared)[t * vecs + v], f);
-#pragma unroll
-        for (int e = 0; e < kE; ++e)
-          acc[e] = __fadd_rn(acc[e], f[e]);
-      }
-      const uint4 packed = Vec<S>::pack(acc);
-      if (c.y != nullptr) static_cast<uint4*>(c.y)[t * vecs + v] = packed;
-      Vec<S>::unpack(packed, yv);
-    } else {
-      Vec<S>::unpack(y[v], yv);
-    }
+    Vec<S>::unpack(y[v], yv);
 #pragma unroll
     for (int j = 0; j < kMhcStreams; ++j)
       Vec<S>::unpack(in[j * vecs + v], xv[j]);
@@ -192,8 +136,8 @@ bool aligned(const void* ptr, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
-template <MhcStorage S, bool kCombine>
-void launch_post(const MhcPostParams& p, const MoeCombineParams& c, cudaStream_t stream) {
+template <MhcStorage S>
+void launch_post(const MhcPostParams& p, cudaStream_t stream) {
   const int64_t vecs = p.dim / Vec<S>::kElems;
   const int64_t per_block = kThreads * kVecsPerThread;
   DI_CHECK(p.tokens <= 65535 * int64_t{1024}, "mhc_post: {} tokens is too many", p.tokens);
@@ -202,25 +146,15 @@ void launch_post(const MhcPostParams& p, const MoeCombineParams& c, cudaStream_t
     MhcPostParams q = p;
     const int64_t n = p.tokens - t0 < 65535 ? p.tokens - t0 : 65535;
     const int64_t es = static_cast<int64_t>(S == MhcStorage::kBf16 ? 2 : 4);
-    q.y = p.y != nullptr ? static_cast<const char*>(p.y) + t0 * p.dim * es : nullptr;
+    q.y = static_cast<const char*>(p.y) + t0 * p.dim * es;
     q.stream_in = static_cast<const char*>(p.stream_in) + t0 * kMhcStreams * p.dim * es;
     q.stream_out = static_cast<char*>(p.stream_out) + t0 * kMhcStreams * p.dim * es;
     q.post = p.post + t0 * kMhcStreams;
     q.comb = p.comb + t0 * kMhcStreams * kMhcStreams;
     q.tokens = n;
-    MoeCombineParams qc = c;
-    if constexpr (kCombine) {
-      // expert_out stays: pair_pos holds absolute pair positions.
-      qc.shared =
-          c.shared != nullptr ? static_cast<const char*>(c.shared) + t0 * p.dim * es : nullptr;
-      qc.ids = c.ids + t0 * c.topk;
-      qc.pair_pos = c.pair_pos + t0 * c.topk;
-      qc.y = c.y != nullptr ? static_cast<char*>(c.y) + t0 * p.dim * es : nullptr;
-      qc.rows = n;
-    }
     const dim3 grid(static_cast<unsigned>((vecs + per_block - 1) / per_block),
                     static_cast<unsigned>(n));
-    cuda_detail::launch_pdl(mhc_post_kernel<S, kCombine>, grid, kThreads, 0, stream, q, qc);
+    cuda_detail::launch_pdl(mhc_post_kernel<S>, grid, kThreads, 0, stream, q);
     DI_CUDA_CHECK(cudaGetLastError());
   }
 }
@@ -237,35 +171,9 @@ void mhc_post(const MhcPostParams& p, cudaStream_t stream) {
   DI_CHECK(aligned(p.y, 16) && aligned(p.stream_in, 16) && aligned(p.stream_out, 16),
            "mhc_post: y / stream_in / stream_out must be 16-byte aligned");
   if (p.storage == MhcStorage::kBf16) {
-    launch_post<MhcStorage::kBf16, false>(p, MoeCombineParams{}, stream);
+    launch_post<MhcStorage::kBf16>(p, stream);
   } else {
-    launch_post<MhcStorage::kF32, false>(p, MoeCombineParams{}, stream);
-  }
-}
-
-void mhc_post_combine(const MhcPostParams& p, const MoeCombineParams& c, cudaStream_t stream) {
-  DI_CHECK(p.tokens >= 0, "mhc_post_combine: negative token count {}", p.tokens);
-  DI_CHECK(p.dim > 0 && p.dim % 8 == 0, "mhc_post_combine: dim {} must be a positive multiple of 8",
-           p.dim);
-  const bool bf16 = p.storage == MhcStorage::kBf16;
-  DI_CHECK(c.rows == p.tokens && c.dim == p.dim && (c.precision == ActPrecision::kBF16) == bf16 &&
-               c.topk >= 1 && c.topk <= kMoeMaxTopk,
-           "mhc_post_combine: combine of rows {} dim {} topk {} for a post side of {} tokens, dim "
-           "{} (topk 1..{}, same storage)",
-           c.rows, c.dim, c.topk, p.tokens, p.dim, kMoeMaxTopk);
-  if (p.tokens == 0) return;
-  DI_CHECK(c.expert_out != nullptr && c.ids != nullptr && c.pair_pos != nullptr &&
-               p.stream_in != nullptr && p.post != nullptr && p.comb != nullptr &&
-               p.stream_out != nullptr,
-           "mhc_post_combine: null pointer (T={}, dim={})", p.tokens, p.dim);
-  DI_CHECK(aligned(c.expert_out, 16) && aligned(c.shared, 16) && aligned(c.y, 16) &&
-               aligned(p.stream_in, 16) && aligned(p.stream_out, 16),
-           "mhc_post_combine: expert_out / shared / y / stream_in / stream_out must be 16-byte "
-           "aligned");
-  if (bf16) {
-    launch_post<MhcStorage::kBf16, true>(p, c, stream);
-  } else {
-    launch_post<MhcStorage::kF32, true>(p, c, stream);
+    launch_post<MhcStorage::kF32>(p, stream);
   }
 }
 
