@@ -39,6 +39,26 @@ struct Routed {
   std::vector<float> weights;
 };
 
+// The V4.1 router's params (top-6 of 384, normalised, route scale 1.5) over device buffers.
+MoeRouteParams route_params(const DeviceBuffer& logits, const DeviceBuffer& bias,
+                            const DeviceBuffer& bias_vl, const DeviceBuffer& mask,
+                            DeviceBuffer& ids, DeviceBuffer& weights, int64_t rows, float temp) {
+  MoeRouteParams p;
+  p.logits = logits.as<float>();
+  p.bias = bias.as<float>();
+  p.bias_vl = bias_vl.as<float>();
+  p.image_mask = mask.as<uint8_t>();
+  p.ids = ids.as<int32_t>();
+  p.weights = weights.as<float>();
+  p.rows = rows;
+  p.experts = kE;
+  p.topk = kK;
+  p.gate_temp = temp;
+  p.norm_topk_prob = true;
+  p.route_scale = 1.5f;
+  return p;
+}
+
 Routed gpu_route(const std::vector<float>& logits, const std::vector<float>& bias,
                  const std::vector<float>& bias_vl, const std::vector<uint8_t>& mask, int64_t rows,
                  float temp, cudaStream_t st) {
@@ -46,20 +66,7 @@ Routed gpu_route(const std::vector<float>& logits, const std::vector<float>& bia
   DeviceBuffer d_m = upload(mask, st);
   DeviceBuffer d_ids = poisoned<int32_t>(static_cast<size_t>(rows * kK), st);
   DeviceBuffer d_w = poisoned<float>(static_cast<size_t>(rows * kK), st);
-  MoeRouteParams p;
-  p.logits = d_l.as<float>();
-  p.bias = d_b.as<float>();
-  p.bias_vl = d_bv.as<float>();
-  p.image_mask = d_m.as<uint8_t>();
-  p.ids = d_ids.as<int32_t>();
-  p.weights = d_w.as<float>();
-  p.rows = rows;
-  p.experts = kE;
-  p.topk = kK;
-  p.gate_temp = temp;
-  p.norm_topk_prob = true;
-  p.route_scale = 1.5f;
-  moe_route(p, st);
+  moe_route(route_params(d_l, d_b, d_bv, d_m, d_ids, d_w, rows, temp), st);
   return {download<int32_t>(d_ids, static_cast<size_t>(rows * kK), st),
           download<float>(d_w, static_cast<size_t>(rows * kK), st)};
 }
@@ -306,19 +313,7 @@ TEST(MoeRouteGpu, RoutePermuteIsRouteThenPermute) {
                    d_off = poisoned<int32_t>(kE + 1, st),
                    d_idx = poisoned<int32_t>(static_cast<size_t>(n), st),
                    d_pos = poisoned<int32_t>(static_cast<size_t>(n), st);
-      MoeRouteParams r;
-      r.logits = d_l.as<float>();
-      r.bias = d_b.as<float>();
-      r.bias_vl = d_bv.as<float>();
-      r.image_mask = d_m.as<uint8_t>();
-      r.ids = d_ids.as<int32_t>();
-      r.weights = d_w.as<float>();
-      r.rows = rows;
-      r.experts = kE;
-      r.topk = kK;
-      r.gate_temp = 1.0f;
-      r.norm_topk_prob = true;
-      r.route_scale = 1.5f;
+      const MoeRouteParams r = route_params(d_l, d_b, d_bv, d_m, d_ids, d_w, rows, 1.0f);
       MoePermuteParams p;
       p.ids = r.ids;
       p.rows = rows;

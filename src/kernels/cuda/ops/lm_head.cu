@@ -35,12 +35,9 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kN = 4;  // vocabulary rows per warp
 
-// Sums each accumulator over the warp (fixed xor butterfly) and stores tile [kM rows, kN vocab
-// rows]: lane m * kN + n writes output (m0 + m, n0 + n).
+// Sums each accumulator over the warp (fixed xor butterfly); lane m * kN + n gets output (m, n).
 template <int kM>
-__device__ __forceinline__ void store_tile(const float (&acc)[kM][kN], int lane, int64_t m0,
-                                           int64_t n0, float* __restrict__ out, int64_t rows,
-                                           int64_t vocab, int64_t out_stride) {
+__device__ __forceinline__ float warp_sums(const float (&acc)[kM][kN], int lane) {
   static_assert(kM * kN <= 32, "one output per lane");
   float mine = 0.0f;
 #pragma unroll
@@ -54,23 +51,36 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kM][kN], int lane,
       if (lane == m * kN + n) mine = s;
     }
   }
+  return mine;
+}
+
+// warp_sums, then stores tile [kM rows, kN vocab rows]: lane m * kN + n writes output
+// (m0 + m, n0 + n).
+template <int kM>
+__device__ __forceinline__ void store_tile(const float (&acc)[kM][kN], int lane, int64_t m0,
+                                           int64_t n0, float* __restrict__ out, int64_t rows,
+                                           int64_t vocab, int64_t out_stride) {
+  const float mine = warp_sums<kM>(acc, lane);
   const int m = lane / kN;
   const int n = lane % kN;
   if (m < kM && m0 + m < rows && n0 + n < vocab) out[(m0 + m) * out_stride + n0 + n] = mine;
 }
 
+// 8 bf16 values (16 bytes) widened to fp32 (exact).
+__device__ __forceinline__ void widen_bf16x8(const uint4& v, float (&f)[8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    f[2 * e] = __uint_as_float(words[e] << 16);
+    f[2 * e + 1] = __uint_as_float(words[e] & 0xFFFF0000u);
+  }
+}
+
 // 8 bf16 weights of each of the warp's vocabulary rows (16 bytes each), widened (exact).
 __device__ __forceinline__ void widen_w8(const uint4 (&raw)[kN], float (&wf)[kN][8]) {
 #pragma unroll
-  for (int n = 0; n < kN; ++n) {
-    const uint4 v = raw[n];
-    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      wf[n][2 * e] = __uint_as_float(words[e] << 16);
-      wf[n][2 * e + 1] = __uint_as_float(words[e] & 0xFFFF0000u);
-    }
-  }
+  for (int n = 0; n < kN; ++n)
+    widen_bf16x8(raw[n], wf[n]);
 }
 
 // The 8 bf16 weights at k of each of the warp's vocabulary rows, widened (exact).
@@ -83,21 +93,38 @@ __device__ __forceinline__ void load_w8(const uint16_t* const (&wrow)[kN], int64
   widen_w8(raw, wf);
 }
 
-// A row's 8 activations at xr, widened: two 16-byte loads (fp32) or one (bf16 bits, exact).
-__device__ __forceinline__ void load_x8(const float* xr, float (&xv)[8]) {
-  const float4 a = *reinterpret_cast<const float4*>(xr);
-  const float4 b = *reinterpret_cast<const float4*>(xr + 4);
-  xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
-  xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+// A row's 8 activations as loaded (fp32: two 16-byte loads; bf16: one), widened at use.
+template <typename XT>
+struct XRaw;
+template <>
+struct XRaw<float> {
+  float4 a, b;
+};
+template <>
+struct XRaw<uint16_t> {
+  uint4 v;
+};
+__device__ __forceinline__ void load_x_raw(const float* xr, XRaw<float>& r) {
+  r.a = *reinterpret_cast<const float4*>(xr);
+  r.b = *reinterpret_cast<const float4*>(xr + 4);
 }
-__device__ __forceinline__ void load_x8(const uint16_t* xr, float (&xv)[8]) {
-  const uint4 v = *reinterpret_cast<const uint4*>(xr);
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    xv[2 * e] = __uint_as_float(words[e] << 16);
-    xv[2 * e + 1] = __uint_as_float(words[e] & 0xFFFF0000u);
-  }
+__device__ __forceinline__ void load_x_raw(const uint16_t* xr, XRaw<uint16_t>& r) {
+  r.v = *reinterpret_cast<const uint4*>(xr);
+}
+__device__ __forceinline__ void widen_x(const XRaw<float>& r, float (&xv)[8]) {
+  xv[0] = r.a.x, xv[1] = r.a.y, xv[2] = r.a.z, xv[3] = r.a.w;
+  xv[4] = r.b.x, xv[5] = r.b.y, xv[6] = r.b.z, xv[7] = r.b.w;
+}
+__device__ __forceinline__ void widen_x(const XRaw<uint16_t>& r, float (&xv)[8]) {
+  widen_bf16x8(r.v, xv);
+}
+
+// A row's 8 activations at xr, widened: two 16-byte loads (fp32) or one (bf16 bits, exact).
+template <typename XT>
+__device__ __forceinline__ void load_x8(const XT* xr, float (&xv)[8]) {
+  XRaw<XT> r;
+  load_x_raw(xr, r);
+  widen_x(r, xv);
 }
 __device__ __forceinline__ float widen(float v) {
   return v;
@@ -108,16 +135,20 @@ __device__ __forceinline__ float widen(uint16_t v) {
 
 // One row's 8 activations (at xr) into its kN accumulators: e ascending, the order every output
 // of every variant uses.
-template <typename XT>
-__device__ __forceinline__ void fma8(const XT* xr, const float (&wf)[kN][8], float (&acc)[kN]) {
-  float xv[8];
-  load_x8(xr, xv);
+__device__ __forceinline__ void fma8_values(const float (&xv)[8], const float (&wf)[kN][8],
+                                            float (&acc)[kN]) {
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
 #pragma unroll
     for (int n = 0; n < kN; ++n)
       acc[n] = fmaf(xv[e], wf[n][e], acc[n]);
   }
+}
+template <typename XT>
+__device__ __forceinline__ void fma8(const XT* xr, const float (&wf)[kN][8], float (&acc)[kN]) {
+  float xv[8];
+  load_x8(xr, xv);
+  fma8_values(xv, wf, acc);
 }
 
 template <int kM, typename XT>
@@ -301,38 +332,6 @@ __global__ void __launch_bounds__(kThreads)
 // as in the plain kernel (fp32 fma, e ascending); then the same butterfly per warp, then the
 // warps' sums added in warp order. The order depends on dim only: rows stay batch-invariant. Row
 // tiles (1 to 8 rows) spread over the grid's y; W is re-read once per tile (from L2).
-// A row's 8 activations as loaded (fp32: two 16-byte loads; bf16: one), widened at use: the
-// same values load_x8 gives.
-template <typename XT>
-struct XRaw;
-template <>
-struct XRaw<float> {
-  float4 a, b;
-};
-template <>
-struct XRaw<uint16_t> {
-  uint4 v;
-};
-__device__ __forceinline__ void load_x_raw(const float* xr, XRaw<float>& r) {
-  r.a = *reinterpret_cast<const float4*>(xr);
-  r.b = *reinterpret_cast<const float4*>(xr + 4);
-}
-__device__ __forceinline__ void load_x_raw(const uint16_t* xr, XRaw<uint16_t>& r) {
-  r.v = *reinterpret_cast<const uint4*>(xr);
-}
-__device__ __forceinline__ void widen_x(const XRaw<float>& r, float (&xv)[8]) {
-  xv[0] = r.a.x, xv[1] = r.a.y, xv[2] = r.a.z, xv[3] = r.a.w;
-  xv[4] = r.b.x, xv[5] = r.b.y, xv[6] = r.b.z, xv[7] = r.b.w;
-}
-__device__ __forceinline__ void widen_x(const XRaw<uint16_t>& r, float (&xv)[8]) {
-  const uint32_t words[4] = {r.v.x, r.v.y, r.v.z, r.v.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    xv[2 * e] = __uint_as_float(words[e] << 16);
-    xv[2 * e + 1] = __uint_as_float(words[e] & 0xFFFF0000u);
-  }
-}
-
 template <int kSplitM, typename XT>
 __global__ void __launch_bounds__(kThreads)
     lm_head_ksplit_kernel(const XT* __restrict__ x, const uint16_t* __restrict__ w,
@@ -388,29 +387,12 @@ __global__ void __launch_bounds__(kThreads)
       for (int m = 0; m < kSplitM; ++m) {
         float xv[8];
         widen_x(xr[m], xv);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-#pragma unroll
-          for (int n = 0; n < kN; ++n)
-            acc[m][n] = fmaf(xv[e], wf[n][e], acc[m][n]);
-        }
+        fma8_values(xv, wf, acc[m]);
       }
     }
     // Per warp: the butterfly (lane m * kN + n holds output (m, n)); then warp 0 adds the warps'
     // sums in warp order.
-    float mine = 0.0f;
-#pragma unroll
-    for (int m = 0; m < kSplitM; ++m) {
-#pragma unroll
-      for (int n = 0; n < kN; ++n) {
-        float s = acc[m][n];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-          s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (lane == m * kN + n) mine = s;
-      }
-    }
-    part[warp][lane] = mine;
+    part[warp][lane] = warp_sums<kSplitM>(acc, lane);
     __syncthreads();
     if (warp == 0) {
       float s = part[0][lane];
