@@ -31,6 +31,9 @@ struct EngineConfig {
   // (CPU validation precision)
   std::string precision = "auto";
   bool index_key_quirk_shipped = false;  // reproduce the shipped reference's stale index keys
+  // The Engram tables: "auto" (resident in memory when they take at most half of what is
+  // available at load, else read through the checkpoint's mapping), "mapped", "resident".
+  std::string engram_tables = "auto";
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;
   int64_t max_model_len = 0;           // 0 = the model's max_position_embeddings

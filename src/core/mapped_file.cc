@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <utility>
 
 #include "common/check.h"
@@ -86,6 +89,35 @@ void advise_random_access(std::span<const std::byte> range) noexcept {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(range.data()) / page * page;
   const uintptr_t end = reinterpret_cast<uintptr_t>(range.data()) + range.size();
   ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM);
+}
+
+bool populate_read(std::span<const std::byte> range) {
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14 (older headers lack it)
+#endif
+  if (range.empty()) return true;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(range.data()) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(range.data()) + range.size();
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ) == 0) return true;
+  const int err = errno;
+  if (err == EINVAL) return false;  // no MADV_POPULATE_READ in this kernel
+  DI_FAIL("madvise(MADV_POPULATE_READ) of {} bytes failed: {}", end - begin, std::strerror(err));
+}
+
+uint64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream in(line.substr(13));
+    uint64_t value = 0;
+    std::string unit;
+    if (!(in >> value)) return 0;
+    in >> unit;
+    return unit == "kB" ? value * 1024 : value;
+  }
+  return 0;
 }
 
 }  // namespace di

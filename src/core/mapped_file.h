@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -39,5 +40,16 @@ class MappedFile {
 // random (the Engram tables): with readahead every row costs ~32 pages of I/O or zero-fill, which
 // measured ~300x slower on a sparse 92 GiB file (docs/PERF.md). Best effort: errors are ignored.
 void advise_random_access(std::span<const std::byte> range) noexcept;
+
+// Maps every page of a mapped range into this process now (madvise MADV_POPULATE_READ, Linux
+// 5.14+), reading from the file what is not in the page cache: later reads of the range take no
+// page fault while the pages stay resident. For the Engram tables, whose random rows otherwise
+// cost a fault each on first touch (docs/PERF.md, thirteenth session). Returns false, having done
+// nothing, when the kernel lacks MADV_POPULATE_READ; throws di::Error on other failures (e.g. a
+// range that is not mapped).
+bool populate_read(std::span<const std::byte> range);
+
+// MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read.
+uint64_t available_memory_bytes();
 
 }  // namespace di

@@ -114,6 +114,12 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& requ
                                               : di::Precision::kFp32;
   fo.quirk =
       config.index_key_quirk_shipped ? di::IndexKeyQuirk::kShipped : di::IndexKeyQuirk::kIntended;
+  DI_CHECK(config.engram_tables == "auto" || config.engram_tables == "mapped" ||
+               config.engram_tables == "resident",
+           "--engram-tables {}: auto, mapped or resident", config.engram_tables);
+  fo.engram_tables = config.engram_tables == "mapped"     ? di::EngramTables::kMapped
+                     : config.engram_tables == "resident" ? di::EngramTables::kResident
+                                                          : di::EngramTables::kAuto;
   di::KvCacheConfig cache;
   cache.memory_budget_bytes =
       config.kv_cache_memory_bytes > 0 ? config.kv_cache_memory_bytes : (4ull << 30);

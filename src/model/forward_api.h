@@ -26,9 +26,17 @@ enum class Precision { kFp32, kFp64, kBf16 };
 // (the shipped reference's behaviour).
 enum class IndexKeyQuirk { kIntended, kShipped };
 
+// Where the Engram tables' rows are read from (both backends gather them on the host). kMapped:
+// the checkpoint's mapping, each new page faulted in on first touch (~2-3 µs a row on a cold
+// page). kResident: every page of the tables mapped in at load (MADV_POPULATE_READ; the real
+// tables are ~189 GiB). kAuto: resident when the tables take at most half the memory available
+// at load, else mapped.
+enum class EngramTables : uint8_t { kAuto, kMapped, kResident };
+
 struct ForwardOptions {
   Precision precision = Precision::kFp32;
   IndexKeyQuirk quirk = IndexKeyQuirk::kIntended;
+  EngramTables engram_tables = EngramTables::kAuto;
 };
 
 // Opaque per-sequence state (rings, compressor tails, compressed KV and index keys per owner,

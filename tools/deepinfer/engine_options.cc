@@ -22,6 +22,11 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                "the GPU for --backend cuda)");
   app.add_flag("--index-key-quirk-shipped", f.config.index_key_quirk_shipped,
                "reproduce the shipped reference's stale index keys");
+  app.add_option("--engram-tables", f.config.engram_tables,
+                 "auto (resident in memory when they fit in half of it) | mapped (pages faulted "
+                 "in on first use) | resident (every page read at load)")
+      ->check(CLI::IsMember({"auto", "mapped", "resident"}))
+      ->capture_default_str();
   app.add_option("--max-num-seqs", f.config.max_num_seqs, "requests running at once, at most")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

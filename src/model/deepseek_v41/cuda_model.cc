@@ -460,9 +460,14 @@ CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Fo
   DI_CHECK(cfg_.quant.block_n == cfg_.quant.block_k && cfg_.quant.block_n == kActBlock,
            "CUDA backend: FP8 weight blocks {}x{} (the V4.1 forward uses {}x{})",
            cfg_.quant.block_n, cfg_.quant.block_k, kActBlock, kActBlock);
-  if (!cfg_.engram_layer_ids.empty()) engram_params_ = make_engram_hash_params(cfg_, *token_map_);
+  if (!cfg_.engram_layer_ids.empty()) {
+    engram_params_ = make_engram_hash_params(cfg_, *token_map_);
+    place_engram_tables(host_, opts_.engram_tables);  // the host gathers their rows
+  }
   if (cfg_.num_nextn_predict_layers > 0) {
-    drafter_ = std::make_unique<Model<float>>(ckpt_, cfg_, opts_, token_map_);
+    ForwardOptions drafter_opts = opts_;
+    drafter_opts.engram_tables = EngramTables::kMapped;  // the same mapping, placed above
+    drafter_ = std::make_unique<Model<float>>(ckpt_, cfg_, drafter_opts, token_map_);
   }
   swa_bytes_ = swa_entry_bytes(static_cast<int>(cfg_.head_dim));
   comp_bytes_ = comp_entry_bytes(static_cast<int>(cfg_.head_dim));

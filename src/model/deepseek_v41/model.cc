@@ -49,6 +49,7 @@ Model<T>::Model(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Forward
              "(engram_token_map.safetensors)",
              cfg_.source);
     engram_params_ = make_engram_hash_params(cfg_, *token_map_);
+    place_engram_tables(w_, opts_.engram_tables);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "model/deepseek_v41/weights.h"
 
 #include "common/check.h"
+#include "common/logging.h"
 #include "core/mapped_file.h"
 #include "model/weight_catalogue.h"
 
@@ -123,5 +124,58 @@ ModelWeights<T> bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt) {
 
 template ModelWeights<float> bind_weights<float>(const ModelConfig&, const Checkpoint&);
 template ModelWeights<double> bind_weights<double>(const ModelConfig&, const Checkpoint&);
+
+bool engram_tables_go_resident(EngramTables mode, uint64_t table_bytes, uint64_t available_bytes) {
+  switch (mode) {
+    case EngramTables::kResident:
+      return true;
+    case EngramTables::kMapped:
+      return false;
+    case EngramTables::kAuto:
+      return available_bytes > 0 && table_bytes <= available_bytes / 2;
+  }
+  return false;
+}
+
+template <typename T>
+uint64_t place_engram_tables(const ModelWeights<T>& w, EngramTables mode) {
+  std::vector<std::span<const std::byte>> ranges;
+  uint64_t bytes = 0;
+  for (const BlockWeights<T>& b : w.blocks) {
+    if (!b.engram_table) continue;
+    for (const std::span<const std::byte> r :
+         {b.engram_table->weight.bytes(), b.engram_table->scale.bytes()}) {
+      ranges.push_back(r);
+      bytes += r.size();
+    }
+  }
+  if (ranges.empty()) return 0;
+  const uint64_t available = available_memory_bytes();
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;  // sizes below in GiB, three decimals
+  if (!engram_tables_go_resident(mode, bytes, available)) {
+    if (mode == EngramTables::kAuto) {
+      DI_LOG_INFO(
+          "Engram tables ({:.3f} GiB) stay mapped: {:.1f} GiB of memory available (resident "
+          "when they fit in half); rows read on cold pages take page faults",
+          static_cast<double>(bytes) / kGiB, static_cast<double>(available) / kGiB);
+    }
+    return 0;
+  }
+  if (mode == EngramTables::kResident && bytes > available) {
+    DI_LOG_WARN("Engram tables ({:.3f} GiB) made resident with {:.1f} GiB of memory available",
+                static_cast<double>(bytes) / kGiB, static_cast<double>(available) / kGiB);
+  }
+  for (const std::span<const std::byte> r : ranges) {
+    if (!populate_read(r)) {
+      DI_LOG_WARN("Engram tables stay mapped: this kernel has no MADV_POPULATE_READ");
+      return 0;
+    }
+  }
+  DI_LOG_INFO("Engram tables resident: {:.3f} GiB", static_cast<double>(bytes) / kGiB);
+  return bytes;
+}
+
+template uint64_t place_engram_tables<float>(const ModelWeights<float>&, EngramTables);
+template uint64_t place_engram_tables<double>(const ModelWeights<double>&, EngramTables);
 
 }  // namespace di::v41

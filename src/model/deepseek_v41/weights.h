@@ -11,6 +11,7 @@
 #include "config/model_config.h"
 #include "kernels/cpu/linear.h"
 #include "loader/checkpoint.h"
+#include "model/forward_api.h"
 #include "model/layer_plan.h"
 
 namespace di::v41 {
@@ -68,5 +69,15 @@ struct ModelWeights {
 // Binds every tensor of the catalogue; throws di::Error naming the tensor on a mismatch.
 template <typename T>
 ModelWeights<T> bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt);
+
+// Whether the Engram tables go resident (forward_api.h's EngramTables): kResident always, kMapped
+// never, kAuto when table_bytes <= available_bytes / 2 (available 0, i.e. unknown: no).
+bool engram_tables_go_resident(EngramTables mode, uint64_t table_bytes, uint64_t available_bytes);
+
+// Makes the Engram tables of `w` resident (populate_read of their codes and scales) when
+// engram_tables_go_resident says so for the memory available now; logs the choice. Returns the
+// bytes made resident (0: left mapped, or the kernel lacks MADV_POPULATE_READ).
+template <typename T>
+uint64_t place_engram_tables(const ModelWeights<T>& w, EngramTables mode);
 
 }  // namespace di::v41
