@@ -460,8 +460,9 @@ int main(int argc, char** argv) {
                      static_cast<double>(decode));
     }
     if (tracer) {
-      di::bench::print_kernel_table(kernels, static_cast<double>(decode));
-      di::bench::write_kernel_csv(kernels, trace_csv);
+      di::bench::print_kernel_table(di::bench::summarize_kernels(kernels),
+                                    static_cast<double>(decode));
+      di::bench::write_kernel_csv(std::move(kernels), trace_csv);
     }
     if (!extrapolate_to.empty() && !extrapolate(extrapolate_to, cfg, plan, block_us, head_us,
                                                 prompt + decode / 2, batch, copy, gpus)) {

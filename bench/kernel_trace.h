@@ -3,18 +3,11 @@
 // ran (unlike an event after every launch, which serialises the kernels).
 #pragma once
 
-#include <cstdint>
-#include <string>
 #include <vector>
 
-namespace di::bench {
+#include "kernel_timeline.h"
 
-struct KernelRecord {
-  uint64_t start_ns = 0, end_ns = 0;
-  uint32_t stream = 0;
-  int32_t grid = 0, block = 0;  // grid x·y·z, threads per CTA
-  std::string name;             // demangled, without template arguments and parameters
-};
+namespace di::bench {
 
 // CUPTI's activity buffers are a process-wide subscription: at most one KernelTrace is alive (a
 // second one throws di::Error). Records are collected between start() and stop().
@@ -33,13 +26,5 @@ class KernelTrace {
  private:
   bool running_ = false;
 };
-
-// Per kernel name over `steps` repetitions: launches, resident µs (start to end) and µs from the
-// previous kernel's end to its own end, per step (sorted by the latter); the span of the region
-// per step and the part of it in which no kernel was resident.
-void print_kernel_table(const std::vector<KernelRecord>& records, double steps);
-
-// One line per kernel: start and end in µs from the first start, stream, grid, block, name.
-void write_kernel_csv(const std::vector<KernelRecord>& records, const std::string& path);
 
 }  // namespace di::bench
