@@ -13,8 +13,9 @@
 namespace di {
 namespace {
 
-// The VmFlags line of the mapping of /proc/self/smaps that holds address `p` ("" if none).
-std::string vm_flags_of(const void* p) {
+// The first line starting with `field` in the /proc/self/smaps entry of the mapping that holds
+// address `p` ("" if none).
+std::string smaps_line(const void* p, const std::string& field) {
   std::ifstream smaps("/proc/self/smaps");
   const auto addr = reinterpret_cast<uintptr_t>(p);
   std::string line;
@@ -28,29 +29,19 @@ std::string vm_flags_of(const void* p) {
       inside = addr >= lo && addr < hi;
       continue;
     }
-    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+    if (inside && line.rfind(field, 0) == 0) return line;
   }
   return "";
 }
 
-// The Rss line (kB) of the mapping of /proc/self/smaps that holds address `p` (-1 if none).
+std::string vm_flags_of(const void* p) {
+  return smaps_line(p, "VmFlags:");
+}
+
+// The mapping's Rss in kB (-1 if no entry).
 int64_t rss_kb_of(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto addr = reinterpret_cast<uintptr_t>(p);
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    uintptr_t lo = 0, hi = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-' &&
-        line.find(' ') != std::string::npos && line.find(':') > line.find(' ')) {
-      inside = addr >= lo && addr < hi;
-      continue;
-    }
-    if (inside && line.rfind("Rss:", 0) == 0) return std::stoll(line.substr(4));
-  }
-  return -1;
+  const std::string line = smaps_line(p, "Rss:");
+  return line.empty() ? -1 : std::stoll(line.substr(4));
 }
 
 TEST(MappedFile, MapsTheBytesAndNamesAMissingFile) {
