@@ -1440,20 +1440,22 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
       linear_exact(lp, stream_.get());
       after("linear_exact (wo_a)");
     }
-  } else if (wo_a_fuses_act_quant(op)) {
-    // wo_a also writes z's act_quant (block kActBlock = 32, the standalone act_quant's bits) for
-    // wo_b: one launch less.
-    op.z_codes = buf<uint8_t>("gemm.xq", S * G * R);
-    op.z_scales = buf<uint8_t>("gemm.xs", S * G * R / kActBlock);
-    wo_a(op, stream_.get());
-    after("wo_a");
-    gemm_q(op.z_codes, op.z_scales, S, w.wo_b, act("attn.out", S * cfg_.hidden_size));
-    return;
   } else {
+    if (wo_a_fuses_act_quant(op)) {
+      // wo_a also writes z's act_quant (block kActBlock = 32, the standalone act_quant's bits)
+      // for wo_b: one launch less.
+      op.z_codes = buf<uint8_t>("gemm.xq", S * G * R);
+      op.z_scales = buf<uint8_t>("gemm.xs", S * G * R / kActBlock);
+    }
     wo_a(op, stream_.get());
     after("wo_a");
   }
-  gemm_x(op.z, S, w.wo_b, act("attn.out", S * cfg_.hidden_size));
+  void* out = act("attn.out", S * cfg_.hidden_size);
+  if (op.z_codes != nullptr) {
+    gemm_q(op.z_codes, op.z_scales, S, w.wo_b, out);
+  } else {
+    gemm_x(op.z, S, w.wo_b, out);
+  }
 }
 
 void CudaModel::compress(int64_t i, const Step& step, const void* xn) {
