@@ -59,6 +59,35 @@ MoeRouteParams route_params(const DeviceBuffer& logits, const DeviceBuffer& bias
   return p;
 }
 
+// The permutation of `rows` rows of top-kK `ids` over kE experts: its params over poisoned
+// offsets / pair index / inverse and a tile list filled with 0xFF bytes, which the struct owns.
+struct PermuteRun {
+  DeviceBuffer off, idx, pos, tiles;
+  MoePermuteParams p;
+};
+PermuteRun permute_run(const int32_t* ids, int64_t rows, cudaStream_t st) {
+  const int64_t n = rows * kK;
+  const int32_t tile_tokens = moe_expert_tile_tokens(kE, n);
+  const int64_t tile_bound = moe_expert_tile_bound(kE, n, tile_tokens);
+  PermuteRun run{poisoned<int32_t>(kE + 1, st), poisoned<int32_t>(static_cast<size_t>(n), st),
+                 poisoned<int32_t>(static_cast<size_t>(n), st),
+                 DeviceBuffer(static_cast<size_t>(tile_bound) * sizeof(MoeExpertTile), "tiles"),
+                 MoePermuteParams{}};
+  run.tiles.fill_async(0xFF, st);
+  MoePermuteParams& p = run.p;
+  p.ids = ids;
+  p.rows = rows;
+  p.topk = kK;
+  p.experts = kE;
+  p.offsets = run.off.as<int32_t>();
+  p.pair_index = run.idx.as<int32_t>();
+  p.pair_pos = run.pos.as<int32_t>();
+  p.tile_tokens = tile_tokens;
+  p.tile_bound = tile_bound;
+  p.tiles = run.tiles.as<MoeExpertTile>();
+  return run;
+}
+
 Routed gpu_route(const std::vector<float>& logits, const std::vector<float>& bias,
                  const std::vector<float>& bias_vl, const std::vector<uint8_t>& mask, int64_t rows,
                  float temp, cudaStream_t st) {
@@ -145,26 +174,13 @@ TEST(MoeRouteGpu, PermutationIsStableAndInverse) {
       }
       const int64_t n = rows * kK;
       DeviceBuffer d_ids = upload(ids, st);
-      DeviceBuffer d_off = poisoned<int32_t>(kE + 1, st);
-      DeviceBuffer d_idx = poisoned<int32_t>(static_cast<size_t>(n), st);
-      DeviceBuffer d_pos = poisoned<int32_t>(static_cast<size_t>(n), st);
+      PermuteRun run = permute_run(d_ids.as<int32_t>(), rows, st);
+      DeviceBuffer &d_off = run.off, &d_idx = run.idx, &d_pos = run.pos, &d_tiles = run.tiles;
+      MoePermuteParams& p = run.p;
       const size_t ws = moe_permute_workspace_bytes(rows, kK, kE);
       DeviceBuffer d_ws(ws, "permute workspace");
-      MoePermuteParams p;
-      p.ids = d_ids.as<int32_t>();
-      p.rows = rows;
-      p.topk = kK;
-      p.experts = kE;
-      p.offsets = d_off.as<int32_t>();
-      p.pair_index = d_idx.as<int32_t>();
-      p.pair_pos = d_pos.as<int32_t>();
       p.workspace = d_ws.data();
       p.workspace_bytes = ws;
-      p.tile_tokens = moe_expert_tile_tokens(kE, n);
-      p.tile_bound = moe_expert_tile_bound(kE, n, p.tile_tokens);
-      DeviceBuffer d_tiles(static_cast<size_t>(p.tile_bound) * sizeof(MoeExpertTile), "tiles");
-      d_tiles.fill_async(0xFF, st);
-      p.tiles = d_tiles.as<MoeExpertTile>();
       const bool tiles_written = moe_permute(p, st, algo);
       EXPECT_EQ(tiles_written, algo == MoePermuteAlgo::kCount || (algo == MoePermuteAlgo::kAuto &&
                                                                   n <= kMoePermuteCountMaxPairs));
@@ -309,25 +325,12 @@ TEST(MoeRouteGpu, RoutePermuteIsRouteThenPermute) {
     };
     auto run = [&](bool fused) {
       DeviceBuffer d_ids = poisoned<int32_t>(static_cast<size_t>(n), st),
-                   d_w = poisoned<float>(static_cast<size_t>(n), st),
-                   d_off = poisoned<int32_t>(kE + 1, st),
-                   d_idx = poisoned<int32_t>(static_cast<size_t>(n), st),
-                   d_pos = poisoned<int32_t>(static_cast<size_t>(n), st);
+                   d_w = poisoned<float>(static_cast<size_t>(n), st);
       const MoeRouteParams r = route_params(d_l, d_b, d_bv, d_m, d_ids, d_w, rows, 1.0f);
-      MoePermuteParams p;
-      p.ids = r.ids;
-      p.rows = rows;
-      p.topk = kK;
-      p.experts = kE;
-      p.offsets = d_off.as<int32_t>();
-      p.pair_index = d_idx.as<int32_t>();
-      p.pair_pos = d_pos.as<int32_t>();
-      p.tile_tokens = moe_expert_tile_tokens(kE, n);
-      p.tile_bound = moe_expert_tile_bound(kE, n, p.tile_tokens);
+      PermuteRun pr = permute_run(r.ids, rows, st);
+      DeviceBuffer &d_off = pr.off, &d_idx = pr.idx, &d_pos = pr.pos, &d_tiles = pr.tiles;
+      const MoePermuteParams& p = pr.p;
       const size_t tile_bytes = static_cast<size_t>(p.tile_bound) * sizeof(MoeExpertTile);
-      DeviceBuffer d_tiles(tile_bytes, "tiles");
-      d_tiles.fill_async(0xFF, st);
-      p.tiles = d_tiles.as<MoeExpertTile>();
       if (fused) {
         const bool launched = moe_route_permute(r, p, st);
         EXPECT_EQ(launched, rows <= kMoeRoutePermuteMaxRows);

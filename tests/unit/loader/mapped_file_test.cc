@@ -44,6 +44,15 @@ int64_t rss_kb_of(const void* p) {
   return line.empty() ? -1 : std::stoll(line.substr(4));
 }
 
+// Writes dir/table.bin of `bytes` bytes i % mod and returns its content.
+std::string write_pattern(const testing::TempDir& dir, size_t bytes, int mod) {
+  std::string content(bytes, '\0');
+  for (size_t i = 0; i < content.size(); ++i)
+    content[i] = static_cast<char>(i % static_cast<size_t>(mod));
+  testing::write_file(dir / "table.bin", content);
+  return content;
+}
+
 TEST(MappedFile, MapsTheBytesAndNamesAMissingFile) {
   testing::TempDir dir;
   std::string content(3 * 4096 + 17, '\0');
@@ -67,10 +76,7 @@ TEST(MappedFile, MapsTheBytesAndNamesAMissingFile) {
 TEST(MappedFile, AdviseRandomAccessMarksThePagesOfTheRange) {
   testing::TempDir dir;
   const size_t page = 4096, pages = 64;
-  std::string content(pages * page, '\0');
-  for (size_t i = 0; i < content.size(); ++i)
-    content[i] = static_cast<char>(i % 251);
-  testing::write_file(dir / "table.bin", content);
+  const std::string content = write_pattern(dir, pages * page, 251);
   const MappedFile f((dir / "table.bin").string());
   // An unaligned range in the middle: pages 8..40 become random-read, page 0 does not.
   const std::byte* mid = f.data() + 8 * page + 100;
@@ -91,10 +97,7 @@ TEST(MappedFile, AdviseRandomAccessMarksThePagesOfTheRange) {
 TEST(MappedFile, PopulateReadMapsThePagesOfTheRange) {
   testing::TempDir dir;
   const size_t page = 4096, pages = 64;
-  std::string content(pages * page, '\0');
-  for (size_t i = 0; i < content.size(); ++i)
-    content[i] = static_cast<char>(i % 253);
-  testing::write_file(dir / "table.bin", content);
+  const std::string content = write_pattern(dir, pages * page, 253);
   const MappedFile f((dir / "table.bin").string());
   ASSERT_EQ(rss_kb_of(f.data()), 0) << "a fresh mapping has nothing resident";
   EXPECT_TRUE(populate_read({}));
