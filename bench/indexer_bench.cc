@@ -15,6 +15,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -139,7 +140,8 @@ void bench_score(Stream& stream, double copy, const char* name, int64_t rows, in
 // Top-k (k = 512) of `rows` rows of 64K scores (|N(0,1)|, distinct replicas per launch), against
 // reading those scores once at the copy bandwidth and against a device-to-device copy of them.
 // wide: values spread over 2^-60 .. 2^60 (scores rarely share a radix bin) instead of |N(0,1)|.
-void bench_topk(Stream& stream, double copy, int64_t rows, int64_t n, int k, bool wide = false) {
+void bench_topk(Stream& stream, double copy, int64_t rows, int64_t n, int k, bool wide = false,
+                int ctas_per_row = 0) {
   const int64_t row_bytes = rows * n * 4;
   const int64_t replicas = std::max<int64_t>(1, static_cast<int64_t>(kReplicaBytes) / row_bytes);
   std::vector<float> s(static_cast<size_t>(replicas * rows * n));
@@ -158,6 +160,7 @@ void bench_topk(Stream& stream, double copy, int64_t rows, int64_t n, int k, boo
   p.k = k;
   p.out = out.as<int32_t>();
   p.out_stride = k;
+  p.ctas_per_row = ctas_per_row;
   const double us = time_us(stream, 20, [&](int i, cudaStream_t st) {
     IndexerTopkParams pi = p;
     pi.scores = s_dev.as<float>() + (i % replicas) * rows * n;
@@ -169,10 +172,10 @@ void bench_topk(Stream& stream, double copy, int64_t rows, int64_t n, int k, boo
   });
   const double read_us = static_cast<double>(row_bytes) / (copy * 1e9) * 1e6;
   std::printf(
-      "topk k=%-4d %-5s rows=%-5lld n=%-6lld %9.2f us | read once at copy rate %7.2f us: %5.2fx | "
-      "D2D copy of the scores %7.2f us: %5.2fx\n",
-      k, wide ? "wide" : "|N|", static_cast<long long>(rows), static_cast<long long>(n), us,
-      read_us, us / read_us, copy_us, us / copy_us);
+      "topk k=%-4d %-5s rows=%-5lld n=%-6lld ctas/row=%-2d %9.2f us | read once at copy rate %7.2f "
+      "us: %5.2fx | D2D copy of the scores %7.2f us: %5.2fx\n",
+      k, wide ? "wide" : "|N|", static_cast<long long>(rows), static_cast<long long>(n),
+      ctas_per_row, us, read_us, us / read_us, copy_us, us / copy_us);
 }
 
 void bench_candidates(Stream& stream, int64_t rows, int64_t n) {
@@ -202,7 +205,9 @@ void bench_candidates(Stream& stream, int64_t rows, int64_t n) {
       static_cast<long long>(rows), static_cast<long long>(n), us, static_cast<long long>(n / 8));
 }
 
-int run() {
+// indexer_bench: every case; indexer_bench topk ROWS N [CTAS_PER_ROW]: that top-k case only
+// (IndexerTopkParams::ctas_per_row, default 0 = chosen; -1 = one CTA reading the global row).
+int run(int argc, char** argv) {
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "indexer_bench: no CUDA device\n");
     return 1;
@@ -212,6 +217,11 @@ int run() {
   std::printf("device: %s, %d SMs\n", info.name.c_str(), info.sm_count);
   const double copy = copy_gbs(stream);
   std::printf("ceiling: D2D copy %.0f GB/s (read + write of 2 GiB)\n", copy);
+  if (argc >= 4 && std::string(argv[1]) == "topk") {
+    bench_topk(stream, copy, std::stoll(argv[2]), std::stoll(argv[3]), 512, false,
+               argc > 4 ? std::stoi(argv[4]) : 0);
+    return 0;
+  }
   bench_score(stream, copy, "score decode", 1, 65536, false);
   bench_score(stream, copy, "score decode", 8, 65536, false);
   bench_score(stream, copy, "score decode", 64, 65536, false);
@@ -229,9 +239,9 @@ int run() {
 }  // namespace
 }  // namespace di
 
-int main() {
+int main(int argc, char** argv) {
   try {
-    return di::run();
+    return di::run(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "indexer_bench: %s\n", e.what());
     return 1;

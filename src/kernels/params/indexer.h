@@ -78,6 +78,10 @@ struct IndexerTopkParams {
   int k = 512;               // 1 .. kIndexTopkMax
   int32_t* out = nullptr;    // [rows, out_stride] int32 out: min(k, n) sorted positions, -1 pad
   int64_t out_stride = 0;    // >= min(k, n)
+  // CTAs sharing a row (1, 2, 4 or 8: each holds a slice of the row in shared memory); -1: one
+  // CTA per row reading the row from global memory; 0 chooses from rows and n (rows too long for
+  // 8 slices take -1). The output does not depend on it (the selection is exact).
+  int ctas_per_row = 0;
 };
 
 // Candidate pool of every row (cpu::candidate_pool). Works through the block scores and the

@@ -15,6 +15,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
@@ -22,6 +23,7 @@
 #include "kernels/cpu/indexer.h"
 #include "kernels/cpu/kv_pack.h"
 #include "kernels/dense_ops/dense_ops_test_util.h"
+#include "tests_support/error_of.h"
 
 namespace di {
 namespace {
@@ -236,7 +238,7 @@ TEST(IndexerKernel, PrefillScoresBitwiseLongChunk) {
 // ---- top-k ----
 
 void check_topk(const std::vector<float>& scores, int64_t rows, int64_t n, int64_t stride,
-                const std::vector<int32_t>& visible, int k) {
+                const std::vector<int32_t>& visible, int k, int ctas_per_row = 0) {
   Stream stream;
   const int64_t k_eff = std::min<int64_t>(k, n);
   const int64_t out_stride = k_eff + 3;
@@ -254,13 +256,15 @@ void check_topk(const std::vector<float>& scores, int64_t rows, int64_t n, int64
   p.k = k;
   p.out = o_dev.as<int32_t>();
   p.out_stride = out_stride;
+  p.ctas_per_row = ctas_per_row;
   indexer_topk(p, stream.get());
   const auto got = download<int32_t>(o_dev, static_cast<size_t>(rows * out_stride), stream.get());
   for (int64_t r = 0; r < rows; ++r) {
     const std::vector<int32_t> want =
         cpu::select_topk<float>(scores.data() + r * stride, n, visible[static_cast<size_t>(r)], k);
     std::vector<int32_t> row(got.begin() + r * out_stride, got.begin() + r * out_stride + k_eff);
-    EXPECT_EQ(row, want) << "row " << r << " (n=" << n << ", k=" << k << ")";
+    EXPECT_EQ(row, want) << "row " << r << " (n=" << n << ", k=" << k
+                         << ", ctas_per_row=" << ctas_per_row << ")";
     for (int64_t i = k_eff; i < out_stride; ++i)
       EXPECT_EQ(static_cast<uint32_t>(got[static_cast<size_t>(r * out_stride + i)]), 0xEEEEEEEEu)
           << "stride padding clobbered";
@@ -362,12 +366,36 @@ TEST(IndexerKernel, TopkMatchesCpuIncludingTies) {
   }
 }
 
+// Every cluster size of the sliced kernel, and the whole-row kernel (-1), on the same rows:
+// slices of a few positions (most CTAs empty), slices that do not end on a 16-byte boundary, the
+// largest slices, and the many-ties rows whose candidates overflow the list (CTA 0 falls back to
+// the global row).
+TEST(IndexerKernel, TopkEverySliceCountMatchesCpu) {
+  DI_REQUIRE_GPU();
+  for (int ctas : {-1, 1, 2, 4, 8}) {
+    for (int64_t n : {int64_t{36864} * std::max(ctas, 1), int64_t{65533} / (9 - ctas),
+                      int64_t{4099}, int64_t{37}}) {
+      for (int k : {512, 2048, 3}) {
+        SCOPED_TRACE(testing::Message() << "ctas=" << ctas << " n=" << n << " k=" << k);
+        const int64_t stride = (n + 3) / 4 * 4 + 8;
+        std::vector<int32_t> visible;
+        const auto s = topk_rows(n, stride, k, &visible, 81 + static_cast<uint64_t>(n + k + ctas));
+        check_topk(s, static_cast<int64_t>(visible.size()), n, stride, visible, k, ctas);
+      }
+    }
+  }
+}
+
 TEST(IndexerKernel, TopkLongRow) {
   DI_REQUIRE_GPU();
-  const int64_t n = 262144 + 7, stride = 262144 + 8;
-  std::vector<int32_t> visible;
-  const auto s = topk_rows(n, stride, 512, &visible, 61);
-  check_topk(s, static_cast<int64_t>(visible.size()), n, stride, visible, 512);
+  // 262,151 positions: eight slices; 300,007: longer than eight slices hold, so one CTA per row
+  // reads the row from global memory.
+  for (int64_t n : {int64_t{262144 + 7}, int64_t{300007}}) {
+    const int64_t stride = (n + 3) / 4 * 4 + 4;
+    std::vector<int32_t> visible;
+    const auto s = topk_rows(n, stride, 512, &visible, 61);
+    check_topk(s, static_cast<int64_t>(visible.size()), n, stride, visible, 512);
+  }
 }
 
 TEST(IndexerKernel, TopkOfKernelScores) {
@@ -503,6 +531,21 @@ TEST(IndexerKernel, LaunchersRejectBadParams) {
   p.k = 4096;  // above kIndexTopkMax
   p.out_stride = 10;
   EXPECT_THROW(indexer_topk(p, nullptr), Error);
+  p.k = 512;
+  p.ctas_per_row = 3;  // not 0, 1, 2, 4 or 8
+  EXPECT_NE(test::error_of([&] { indexer_topk(p, nullptr); }).find("ctas_per_row 3"),
+            std::string::npos);
+  // One CTA cannot hold the row: rejected before any launch (the pointers are never used).
+  alignas(16) float scores[4] = {};
+  int32_t out[4] = {};
+  p.scores = scores;
+  p.out = out;
+  p.n = 36865;
+  p.score_stride = 36868;
+  p.out_stride = 512;
+  p.ctas_per_row = 1;
+  EXPECT_NE(test::error_of([&] { indexer_topk(p, nullptr); }).find("36868 positions per CTA"),
+            std::string::npos);
   IndexerScoreParams sp;
   sp.rows = 1;
   sp.n_cols = 10;

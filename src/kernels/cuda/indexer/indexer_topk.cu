@@ -1,34 +1,49 @@
 // Per-row top-k of the indexer (cpu::select_topk semantics), the layer-20 candidate pool
 // (cpu::candidate_pool) and the Reindex mask (cpu::apply_candidate_mask).
 //
-// Top-k: one CTA per row, radix select on the order-preserving unsigned key of the fp32 bits
-// (-0 folded onto +0, since the reference compares values: -0 == +0 is a tie). -inf never
-// survives the reference's selection, so -inf keys are left out of every count; with them gone,
-// "the best min(k, n), then drop -inf" is "the best k_eff = min(k, n) finite values, or all of
-// them when fewer". Finite values at positions >= visible take part and are dropped afterwards,
-// as in the reference.
-//   1. Histogram of the top 12 key bits over the row (global read 1) -> the bin B1 holding the
-//      k_eff-th largest value, and how many lie above it.
+// Top-k: radix select on the order-preserving unsigned key of the fp32 bits (-0 folded onto +0,
+// since the reference compares values: -0 == +0 is a tie). -inf never survives the reference's
+// selection, so -inf keys are left out of every count; with them gone, "the best min(k, n), then
+// drop -inf" is "the best k_eff = min(k, n) finite values, or all of them when fewer". Finite
+// values at positions >= visible take part and are dropped afterwards, as in the reference. The
+// selection is exact, so how a row is split over CTAs changes no output bit (rows stay
+// batch-invariant whatever the launch shape).
+//
+// Sliced kernel (rows up to kSliceMax * 8 positions; chosen for few rows: plan_topk): a cluster
+// of C = 1, 2, 4 or 8 CTAs per row; CTA r copies its contiguous slice of the row into shared
+// memory (cp.async: the row's only global read).
+//   1. Each CTA histograms the top 12 key bits of its slice; CTA r sums bins [r 4096 / C, ...)
+//      over the cluster (distributed shared memory) and every CTA gathers the summed histogram ->
+//      the bin B1 holding the k_eff-th largest value, and how many lie above it (the same numbers
+//      in every CTA).
 //   2. If the elements at or above B1 fit the shared list (3,840 entries, the common case: B1 is
-//      1/4,096 of the value range), an order-preserving compaction copies them (key, index) to
-//      shared memory (global read 2); the rest of the work reads only the list. Otherwise (many
-//      equal values) the passes below read the row again (3 more global reads).
-//   3. Histograms of key bits 10..19 and 0..9 of the elements in B1 -> the exact threshold key T,
-//      and need_eq = k_eff - #(key > T), the number of elements equal to T to take: the lowest
-//      positions first, the reference's tie-break.
-//   4. Emission in position order: an element is selected iff key > T, or key == T and fewer than
-//      need_eq elements equal to T precede it (a CTA prefix count); selected elements at
-//      positions < visible are written at their prefix-count slot, so the output comes out
+//      1/4,096 of the value range), each CTA compacts its own (key, index) pairs at or above B1
+//      in position order, and CTA 0 appends the other CTAs' lists in rank order: the row's
+//      candidates in position order. Otherwise (many equal values) CTA 0 runs the whole-row path
+//      below on the global row.
+//   3. CTA 0: histograms of key bits 10..19 and 0..9 of the list's elements in B1 -> the exact
+//      threshold key T, and need_eq = k_eff - #(key > T), the number of elements equal to T to
+//      take: the lowest positions first, the reference's tie-break.
+//   4. CTA 0: emission in position order: an element is selected iff key > T, or key == T and
+//      fewer than need_eq elements equal to T precede it (a CTA prefix count); selected elements
+//      at positions < visible are written at their prefix-count slot, so the output comes out
 //      sorted with no sort; the tail of the k_eff slots gets -1.
+// Whole-row kernel (many rows, longer rows; its passes are also the sliced kernel's many-ties
+// fallback): one CTA per row reads the row from global memory for the histogram and for the
+// compaction (or, with many ties, for every pass).
 //
 // Candidate pool: block max over the row (with the newest visible block pinned to +inf) into the
 // workspace, the same top-k over the block scores (k = topk_blocks; -inf blocks drop out like
 // -inf scores), then the mask from the sorted block ids (a binary search per position).
 
+#include <cooperative_groups.h>
+
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/indexer/indexer.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -43,6 +58,10 @@ constexpr int kListCap = 3840;
 constexpr int kListPer = 8;  // list entries per thread: kThreads * kListPer >= kListCap
 constexpr int kRowPer = 16;  // contiguous row elements per thread per chunk
 constexpr uint32_t kNegInfKey = 0x007FFFFFu;  // order_key(-inf)
+constexpr int kMaxCtasPerRow = 8;             // a portable cluster
+constexpr int32_t kSliceTarget = 16384;       // positions per CTA the plan aims at
+constexpr int32_t kSliceMax = 36864;          // positions per CTA at most (144 KiB of scores)
+constexpr int32_t kMinSlice = 2048;           // a row is cut only into slices at least this long
 static_assert(kThreads * kListPer >= kListCap);
 static_assert(kBins1 % kThreads == 0 && kBins2 % kThreads == 0);
 
@@ -135,6 +154,36 @@ struct ListSource {
       key[e] = first + e < m ? keys[first + e] : kNegInfKey;
       id[e] = first + e < m ? idx[first + e] : -1;
     }
+  }
+};
+
+// A CTA's slice of the row in shared memory (the fp32 bits as copied), positions first + i,
+// kRowPer contiguous elements per thread per chunk.
+struct SliceSource {
+  static constexpr int kPer = kRowPer;
+  const float* data;
+  int32_t len;
+  int32_t first;
+  __device__ int32_t size() const { return len; }
+  __device__ void load(int32_t base, uint32_t (&key)[kPer], int32_t (&idx)[kPer]) const {
+    const int32_t at = base + static_cast<int32_t>(threadIdx.x) * kPer;
+    if (at + kPer <= len) {
+#pragma unroll
+      for (int v = 0; v < kPer / 4; ++v) {
+        const float4 x = *reinterpret_cast<const float4*>(data + at + 4 * v);
+        key[4 * v] = order_key(x.x);
+        key[4 * v + 1] = order_key(x.y);
+        key[4 * v + 2] = order_key(x.z);
+        key[4 * v + 3] = order_key(x.w);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < kPer; ++e)
+        key[e] = at + e < len ? order_key(data[at + e]) : kNegInfKey;
+    }
+#pragma unroll
+    for (int e = 0; e < kPer; ++e)
+      idx[e] = first + at + e;
   }
 };
 
@@ -250,6 +299,32 @@ __device__ void emit(const Src& src, TopkShared& sh, bool take_all, uint32_t thr
     out[i] = -1;
 }
 
+// Appends the finite elements of src with key >= lo to (list_key, list_idx) in position order;
+// returns how many (the same value in every thread).
+template <class Src>
+__device__ uint32_t compact(const Src& src, TopkShared& sh, uint32_t lo, uint32_t* list_key,
+                            int32_t* list_idx) {
+  uint32_t count = 0;
+  for_each_chunk(src, [&](const uint32_t(&key)[Src::kPer], const int32_t(&idx)[Src::kPer]) {
+    uint32_t mine = 0;
+#pragma unroll
+    for (int e = 0; e < Src::kPer; ++e)
+      mine |= (key[e] != kNegInfKey && key[e] >= lo) ? (1u << e) : 0u;
+    uint32_t added = 0;
+    uint32_t pos = count + cta_exclusive_scan(__popc(mine), sh.scan, &added);
+#pragma unroll
+    for (int e = 0; e < Src::kPer; ++e) {
+      if (mine & (1u << e)) {
+        list_key[pos] = key[e];
+        list_idx[pos] = idx[e];
+        ++pos;
+      }
+    }
+    count += added;
+  });
+  return count;
+}
+
 // One row: scores [n], out [k_eff]. Every thread of the CTA calls it (uniform control flow).
 __device__ void topk_row(TopkShared& sh, const float* row, int32_t n, int32_t visible, int32_t k,
                          int32_t* out) {
@@ -270,25 +345,7 @@ __device__ void topk_row(TopkShared& sh, const float* row, int32_t n, int32_t vi
   uint32_t threshold = 0, need_eq = 0;
   if (above1 + hist_b1 <= static_cast<uint32_t>(kListCap)) {
     // Compact the finite elements with key >= B1 << 20 into the list, in position order.
-    const uint32_t lo = b1 << 20;
-    uint32_t count = 0;
-    for_each_chunk(rsrc, [&](const uint32_t(&key)[kRowPer], const int32_t(&idx)[kRowPer]) {
-      uint32_t mine = 0;
-#pragma unroll
-      for (int e = 0; e < kRowPer; ++e)
-        mine |= (key[e] != kNegInfKey && key[e] >= lo) ? (1u << e) : 0u;
-      uint32_t added = 0;
-      uint32_t pos = count + cta_exclusive_scan(__popc(mine), sh.scan, &added);
-#pragma unroll
-      for (int e = 0; e < kRowPer; ++e) {
-        if (mine & (1u << e)) {
-          sh.list_key[pos] = key[e];
-          sh.list_idx[pos] = idx[e];
-          ++pos;
-        }
-      }
-      count += added;
-    });
+    const uint32_t count = compact(rsrc, sh, b1 << 20, sh.list_key, sh.list_idx);
     __syncthreads();
     const ListSource lsrc{sh.list_key, sh.list_idx, static_cast<int32_t>(count)};
     refine(lsrc, sh, b1, need1, &threshold, &need_eq);
@@ -308,6 +365,161 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(IndexerTopkParams p) {
   const int32_t n = static_cast<int32_t>(p.n);
   const int32_t visible = p.row_visible != nullptr ? __ldg(p.row_visible + r) : n;
   topk_row(sh, p.scores + r * p.score_stride, n, visible, p.k, p.out + r * p.out_stride);
+}
+
+// Shared memory of the sliced kernel: TopkShared, the summed histogram bins this CTA owns
+// (kBins1 / C), its list length, then its slice of the row (16-byte aligned).
+__host__ __device__ constexpr size_t sliced_merged_offset() {
+  return (sizeof(TopkShared) + 15) / 16 * 16;
+}
+__host__ __device__ constexpr size_t sliced_data_offset(int ctas) {
+  return sliced_merged_offset() + (static_cast<size_t>(ctas > 1 ? kBins1 / ctas : 0) + 4) * 4;
+}
+
+// grid = rows * C, clusters of C CTAs (one row each); `slice` positions per CTA, a multiple of 4.
+__global__ void __launch_bounds__(kThreads, 2)
+    topk_sliced_kernel(IndexerTopkParams p, int32_t slice) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int ctas = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  extern __shared__ __align__(16) uint8_t smem[];
+  TopkShared& sh = *reinterpret_cast<TopkShared*>(smem);
+  uint32_t* merged = reinterpret_cast<uint32_t*>(smem + sliced_merged_offset());
+  uint32_t* list_len = merged + (ctas > 1 ? kBins1 / ctas : 0);
+  float* data = reinterpret_cast<float*>(smem + sliced_data_offset(ctas));
+  const int tid = static_cast<int>(threadIdx.x);
+
+  const int64_t r = blockIdx.x / ctas;
+  const int32_t n = static_cast<int32_t>(p.n);
+  const int32_t visible = p.row_visible != nullptr ? __ldg(p.row_visible + r) : n;
+  const int32_t k_eff = min(p.k, n);
+  const float* row = p.scores + r * p.score_stride;
+  const int32_t first = rank * slice;
+  const int32_t len = max(0, min(slice, n - first));
+
+  // The slice into shared memory: the row's one global read.
+  const int32_t vec = len / 4;
+  for (int32_t i = tid; i < vec; i += kThreads)
+    cuda_detail::cp_async16(data + 4 * i, row + first + 4 * i, true);
+  for (int32_t i = 4 * vec + tid; i < len; i += kThreads)
+    cuda_detail::cp_async4(data + i, row + first + i, true);
+  cuda_detail::cp_async_commit();
+  for (int i = tid; i < kBins1; i += kThreads)
+    sh.hist[i] = 0u;
+  cuda_detail::cp_async_wait<0>();
+  __syncthreads();
+
+  // Histogram of the top 12 key bits of the slice, then summed over the cluster.
+  auto count = [&](float x) {
+    const uint32_t key = order_key(x);
+    if (key != kNegInfKey) atomicAdd(&sh.hist[key >> 20], 1u);
+  };
+  for (int32_t i = tid; i < vec; i += kThreads) {
+    const float4 x = reinterpret_cast<const float4*>(data)[i];
+    count(x.x);
+    count(x.y);
+    count(x.z);
+    count(x.w);
+  }
+  for (int32_t i = 4 * vec + tid; i < len; i += kThreads)
+    count(data[i]);
+  __syncthreads();
+  if (ctas > 1) {
+    const int range = kBins1 / ctas;
+    cluster.sync();
+    for (int b = tid; b < range; b += kThreads) {
+      uint32_t sum = 0;
+#pragma unroll
+      for (int j = 0; j < kMaxCtasPerRow; ++j)
+        sum += j < ctas ? cluster.map_shared_rank(sh.hist, j)[rank * range + b] : 0u;
+      merged[b] = sum;
+    }
+    cluster.sync();  // every CTA's own bins are summed: the local histograms are free
+    constexpr int kPer = kBins1 / kThreads;
+    uint32_t bins[kPer];  // every remote load in flight before the first store
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int b = tid + kThreads * e;
+      bins[e] = cluster.map_shared_rank(merged, b / range)[b % range];
+    }
+#pragma unroll
+    for (int e = 0; e < kPer; ++e)
+      sh.hist[tid + kThreads * e] = bins[e];
+    __syncthreads();
+  }
+  find_bin(sh, kBins1, static_cast<uint32_t>(k_eff));
+  const uint32_t total = sh.found[2];
+  const uint32_t b1 = sh.found[0], above1 = sh.found[1];
+  const uint32_t hist_b1 = sh.hist[b1 & (kBins1 - 1)];
+  __syncthreads();
+  // Every finite value is selected (at most k_eff <= kListCap of them), or the candidates at or
+  // above B1 fit the list: each CTA compacts its own, CTA 0 appends the others' in rank order.
+  const bool take_all = total <= static_cast<uint32_t>(k_eff);
+  const bool list_ok = take_all || above1 + hist_b1 <= static_cast<uint32_t>(kListCap);
+  uint32_t listed = 0;
+  if (list_ok) {
+    listed = compact(SliceSource{data, len, first}, sh, take_all ? 0u : b1 << 20, sh.list_key,
+                     sh.list_idx);
+  }
+  if (ctas > 1) {
+    if (tid == 0) *list_len = listed;
+    cluster.sync();
+    if (rank == 0 && list_ok) {
+      // The other lists appended in rank order; each step's remote loads of all ranks are
+      // issued before its stores.
+      uint32_t at[kMaxCtasPerRow], len[kMaxCtasPerRow];
+      uint32_t longest = 0;
+#pragma unroll
+      for (int j = 1; j < kMaxCtasPerRow; ++j)
+        len[j] = j < ctas ? *cluster.map_shared_rank(list_len, j) : 0u;
+#pragma unroll
+      for (int j = 1; j < kMaxCtasPerRow; ++j) {
+        at[j] = listed;
+        listed += len[j];
+        longest = max(longest, len[j]);
+      }
+      for (uint32_t i = static_cast<uint32_t>(tid); i < longest; i += kThreads) {
+        uint32_t key[kMaxCtasPerRow];
+        int32_t idx[kMaxCtasPerRow];
+#pragma unroll
+        for (int j = 1; j < kMaxCtasPerRow; ++j) {
+          if (i < len[j]) {
+            key[j] = cluster.map_shared_rank(sh.list_key, j)[i];
+            idx[j] = cluster.map_shared_rank(sh.list_idx, j)[i];
+          }
+        }
+#pragma unroll
+        for (int j = 1; j < kMaxCtasPerRow; ++j) {
+          if (i < len[j]) {
+            sh.list_key[at[j] + i] = key[j];
+            sh.list_idx[at[j] + i] = idx[j];
+          }
+        }
+      }
+    }
+    cluster.sync();  // nothing reads another CTA's shared memory past this point
+    if (rank != 0) return;
+  }
+  __syncthreads();
+  int32_t* out = p.out + r * p.out_stride;
+  const ListSource lsrc{sh.list_key, sh.list_idx, static_cast<int32_t>(listed)};
+  if (take_all) {
+    emit(lsrc, sh, true, 0u, 0u, visible, k_eff, out);
+    return;
+  }
+  const uint32_t need1 = static_cast<uint32_t>(k_eff) - above1;
+  uint32_t threshold = 0, need_eq = 0;
+  if (list_ok) {
+    refine(lsrc, sh, b1, need1, &threshold, &need_eq);
+    emit(lsrc, sh, false, threshold, need_eq, visible, k_eff, out);
+  } else {  // many equal values: the whole-row passes over the global row
+    const RowSource rsrc{row, n};
+    refine(rsrc, sh, b1, need1, &threshold, &need_eq);
+    emit(rsrc, sh, false, threshold, need_eq, visible, k_eff, out);
+  }
 }
 
 // Block scores: bs[r, b] = max of the row's scores in block b (reference std::max order: a NaN
@@ -389,7 +601,11 @@ void check_topk(const IndexerTopkParams& p, const char* op) {
   DI_CHECK(p.rows >= 0 && p.n >= 0 && p.n < (int64_t{1} << 31) - kThreads * kRowPer,
            "{}: bad sizes (rows={}, n={})", op, p.rows, p.n);
   DI_CHECK(p.k >= 1 && p.k <= kIndexTopkMax, "{}: k {} outside [1, {}]", op, p.k, kIndexTopkMax);
-  DI_CHECK(p.rows <= 0x7FFFFFFF, "{}: {} rows is too many", op, p.rows);
+  DI_CHECK(p.ctas_per_row == -1 || p.ctas_per_row == 0 || p.ctas_per_row == 1 ||
+               p.ctas_per_row == 2 || p.ctas_per_row == 4 || p.ctas_per_row == kMaxCtasPerRow,
+           "{}: ctas_per_row {} must be -1 (whole row), 0 (chosen), 1, 2, 4 or {}", op,
+           p.ctas_per_row, kMaxCtasPerRow);
+  DI_CHECK(p.rows <= 0x7FFFFFFF / kMaxCtasPerRow, "{}: {} rows is too many", op, p.rows);
   const int64_t k_eff = p.k < p.n ? p.k : p.n;
   DI_CHECK(p.out_stride >= k_eff && p.score_stride >= p.n && p.score_stride % 4 == 0,
            "{}: strides (score_stride={}, out_stride={}) for n={}, k={}", op, p.score_stride,
@@ -400,13 +616,80 @@ void check_topk(const IndexerTopkParams& p, const char* op) {
   DI_CHECK(aligned(p.scores, 16), "{}: scores must be 16-byte aligned", op);
 }
 
+// CTAs per row of the sliced kernel (0: the whole-row kernel) and the slice length.
+struct TopkPlan {
+  int ctas = 0;
+  int32_t slice = 0;
+};
+
+TopkPlan plan_topk(const IndexerTopkParams& p, const char* op) {
+  const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  if (p.ctas_per_row == -1) return TopkPlan{};  // the whole-row kernel
+  int64_t want = p.ctas_per_row;
+  if (want == 0) {
+    int device = 0, sms = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&device));
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    // Enough slices to keep them near kSliceTarget; with fewer rows than SMs, more (not shorter
+    // than kMinSlice) so that the rows spread over the GPU.
+    want = ceil_div(p.n, kSliceTarget);
+    if (p.rows < sms) want = std::max(want, std::min<int64_t>(sms / p.rows, p.n / kMinSlice));
+    want = std::clamp<int64_t>(want, 1, kMaxCtasPerRow);
+    int64_t pow2 = 1;
+    while (pow2 < want)
+      pow2 *= 2;
+    want = pow2;
+    // The sliced kernel wins on latency (one read, spread over 2 to 8 SMs a row) while the
+    // rows' CTAs fit one wave; past that the whole-row kernel, whose CTAs overlap their two
+    // global reads across rows, is faster (H200, 64K positions: 132 rows 31.8 us whole-row vs
+    // 44 us with 2 CTAs a row), and one CTA on a short row gains little (1,024 positions: 7.9
+    // vs 8.5 us) for a cluster launch with a shared-memory attribute (docs/PERF.md).
+    if (want < 2 || p.rows * want > sms) return TopkPlan{};
+  }
+  TopkPlan plan;
+  plan.slice = static_cast<int32_t>(ceil_div(ceil_div(p.n, want), 4) * 4);
+  if (plan.slice > kSliceMax) {
+    DI_CHECK(p.ctas_per_row == 0, "{}: ctas_per_row {} leaves {} positions per CTA (at most {})",
+             op, p.ctas_per_row, plan.slice, kSliceMax);
+    plan.slice = 0;  // the whole-row kernel
+    return plan;
+  }
+  plan.ctas = static_cast<int>(want);
+  return plan;
+}
+
+void launch_topk(const IndexerTopkParams& p, cudaStream_t stream, const char* op) {
+  const TopkPlan plan = plan_topk(p, op);
+  if (plan.ctas == 0) {
+    cuda_detail::launch_pdl(topk_kernel, static_cast<unsigned>(p.rows), kThreads, 0, stream, p);
+    DI_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  const size_t smem = sliced_data_offset(plan.ctas) + static_cast<size_t>(plan.slice) * 4;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(
+      topk_sliced_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(p.rows * plan.ctas));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2]{};
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(plan.ctas);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1] = cuda_detail::pdl_attribute();  // the kernel waits first (kernels/cuda/pdl.cuh)
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, topk_sliced_kernel, p, plan.slice));
+}
+
 }  // namespace
 
 void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream) {
   check_topk(p, "indexer_topk");
   if (p.rows == 0 || p.n == 0) return;
-  cuda_detail::launch_pdl(topk_kernel, static_cast<unsigned>(p.rows), kThreads, 0, stream, p);
-  DI_CUDA_CHECK(cudaGetLastError());
+  launch_topk(p, stream, "indexer_topk");
 }
 
 size_t indexer_candidates_workspace_bytes(int64_t rows, int64_t n, int block_size,
@@ -453,8 +736,7 @@ void indexer_candidates(const IndexerCandidateParams& p, cudaStream_t stream) {
   tp.out = ids;
   tp.out_stride = ids_stride;
   check_topk(tp, "indexer_candidates");
-  cuda_detail::launch_pdl(topk_kernel, static_cast<unsigned>(p.rows), kThreads, 0, stream, tp);
-  DI_CUDA_CHECK(cudaGetLastError());
+  launch_topk(tp, stream, "indexer_candidates");
   cuda_detail::launch_pdl(
       pool_mask_kernel,
       dim3(static_cast<unsigned>((nb + kThreads - 1) / kThreads), static_cast<unsigned>(p.rows)),
