@@ -111,19 +111,30 @@ __device__ uint32_t cta_exclusive_scan(uint32_t v, uint32_t* scan, uint32_t* tot
   return result;
 }
 
-// The row's scores, read kRowPer contiguous elements per thread (16-byte loads where whole).
-struct RowSource {
+// kRowPer contiguous fp32 scores per thread per chunk (16-byte loads where whole): data[i] is
+// position first + i, i < len; from the global row (read-only path) or from a CTA's slice of it
+// in shared memory (the fp32 bits as copied).
+template <bool kGlobal>
+struct ScoreSource {
   static constexpr int kPer = kRowPer;
-  const float* row;
-  int32_t n;
-  __device__ int32_t size() const { return n; }
+  const float* data;
+  int32_t len;
+  int32_t first = 0;
+  __device__ static float4 load4(const float* p) {
+    if constexpr (kGlobal) return __ldg(reinterpret_cast<const float4*>(p));
+    return *reinterpret_cast<const float4*>(p);
+  }
+  __device__ static float load1(const float* p) {
+    if constexpr (kGlobal) return __ldg(p);
+    return *p;
+  }
+  __device__ int32_t size() const { return len; }
   __device__ void load(int32_t base, uint32_t (&key)[kPer], int32_t (&idx)[kPer]) const {
-    const int32_t first = base + static_cast<int32_t>(threadIdx.x) * kPer;
-    if (first + kPer <= n) {
-      const float4* p = reinterpret_cast<const float4*>(row + first);
+    const int32_t at = base + static_cast<int32_t>(threadIdx.x) * kPer;
+    if (at + kPer <= len) {
 #pragma unroll
       for (int v = 0; v < kPer / 4; ++v) {
-        const float4 x = __ldg(p + v);
+        const float4 x = load4(data + at + 4 * v);
         key[4 * v] = order_key(x.x);
         key[4 * v + 1] = order_key(x.y);
         key[4 * v + 2] = order_key(x.z);
@@ -132,13 +143,15 @@ struct RowSource {
     } else {
 #pragma unroll
       for (int e = 0; e < kPer; ++e)
-        key[e] = first + e < n ? order_key(__ldg(row + first + e)) : kNegInfKey;
+        key[e] = at + e < len ? order_key(load1(data + at + e)) : kNegInfKey;
     }
 #pragma unroll
     for (int e = 0; e < kPer; ++e)
-      idx[e] = first + e;
+      idx[e] = first + at + e;
   }
 };
+using RowSource = ScoreSource<true>;     // the whole row: {row, n}
+using SliceSource = ScoreSource<false>;  // a slice: {data, len, first position}
 
 // The shared list (position order), kListPer contiguous entries per thread.
 struct ListSource {
@@ -154,36 +167,6 @@ struct ListSource {
       key[e] = first + e < m ? keys[first + e] : kNegInfKey;
       id[e] = first + e < m ? idx[first + e] : -1;
     }
-  }
-};
-
-// A CTA's slice of the row in shared memory (the fp32 bits as copied), positions first + i,
-// kRowPer contiguous elements per thread per chunk.
-struct SliceSource {
-  static constexpr int kPer = kRowPer;
-  const float* data;
-  int32_t len;
-  int32_t first;
-  __device__ int32_t size() const { return len; }
-  __device__ void load(int32_t base, uint32_t (&key)[kPer], int32_t (&idx)[kPer]) const {
-    const int32_t at = base + static_cast<int32_t>(threadIdx.x) * kPer;
-    if (at + kPer <= len) {
-#pragma unroll
-      for (int v = 0; v < kPer / 4; ++v) {
-        const float4 x = *reinterpret_cast<const float4*>(data + at + 4 * v);
-        key[4 * v] = order_key(x.x);
-        key[4 * v + 1] = order_key(x.y);
-        key[4 * v + 2] = order_key(x.z);
-        key[4 * v + 3] = order_key(x.w);
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < kPer; ++e)
-        key[e] = at + e < len ? order_key(data[at + e]) : kNegInfKey;
-    }
-#pragma unroll
-    for (int e = 0; e < kPer; ++e)
-      idx[e] = first + at + e;
   }
 };
 
