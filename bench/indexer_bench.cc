@@ -205,8 +205,9 @@ void bench_candidates(Stream& stream, int64_t rows, int64_t n) {
       static_cast<long long>(rows), static_cast<long long>(n), us, static_cast<long long>(n / 8));
 }
 
-// indexer_bench: every case; indexer_bench topk ROWS N [CTAS_PER_ROW]: that top-k case only
-// (IndexerTopkParams::ctas_per_row, default 0 = chosen; -1 = one CTA reading the global row).
+// indexer_bench: every case; indexer_bench topk ROWS N [CTAS_PER_ROW [K]]: that top-k case only
+// (IndexerTopkParams::ctas_per_row, default 0 = chosen; -1 = one CTA reading the global row; K
+// default 512).
 int run(int argc, char** argv) {
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "indexer_bench: no CUDA device\n");
@@ -218,8 +219,8 @@ int run(int argc, char** argv) {
   const double copy = copy_gbs(stream);
   std::printf("ceiling: D2D copy %.0f GB/s (read + write of 2 GiB)\n", copy);
   if (argc >= 4 && std::string(argv[1]) == "topk") {
-    bench_topk(stream, copy, std::stoll(argv[2]), std::stoll(argv[3]), 512, false,
-               argc > 4 ? std::stoi(argv[4]) : 0);
+    bench_topk(stream, copy, std::stoll(argv[2]), std::stoll(argv[3]),
+               argc > 5 ? std::stoi(argv[5]) : 512, false, argc > 4 ? std::stoi(argv[4]) : 0);
     return 0;
   }
   bench_score(stream, copy, "score decode", 1, 65536, false);

@@ -62,6 +62,7 @@ constexpr int kMaxCtasPerRow = 8;             // a portable cluster
 constexpr int32_t kSliceTarget = 16384;       // positions per CTA the plan aims at
 constexpr int32_t kSliceMax = 36864;          // positions per CTA at most (144 KiB of scores)
 constexpr int32_t kMinSlice = 2048;           // a row is cut only into slices at least this long
+constexpr int64_t kSlicedMinRatio = 16;       // the sliced kernel only for rows >= 16 k long
 static_assert(kThreads * kListPer >= kListCap);
 static_assert(kBins1 % kThreads == 0 && kBins2 % kThreads == 0);
 
@@ -626,8 +627,10 @@ TopkPlan plan_topk(const IndexerTopkParams& p, const char* op) {
     // rows' CTAs fit one wave; past that the whole-row kernel, whose CTAs overlap their two
     // global reads across rows, is faster (H200, 64K positions: 132 rows 31.8 us whole-row vs
     // 44 us with 2 CTAs a row), and one CTA on a short row gains little (1,024 positions: 7.9
-    // vs 8.5 us) for a cluster launch with a shared-memory attribute (docs/PERF.md).
-    if (want < 2 || p.rows * want > sms) return TopkPlan{};
+    // vs 8.5 us) for a cluster launch with a shared-memory attribute. With k a large share of
+    // the row (the candidate pool's top-2048 of 8,192 blocks) CTA 0's list work dominates and
+    // the cluster only adds barriers (docs/PERF.md).
+    if (want < 2 || p.rows * want > sms || p.n < kSlicedMinRatio * p.k) return TopkPlan{};
   }
   TopkPlan plan;
   plan.slice = static_cast<int32_t>(ceil_div(ceil_div(p.n, want), 4) * 4);
