@@ -283,6 +283,15 @@ __device__ void emit(const Src& src, TopkShared& sh, bool take_all, uint32_t thr
     out[i] = -1;
 }
 
+// The exact threshold from src's elements in bin B1 (need1 of them to take), then the emission.
+template <class Src>
+__device__ void refine_emit(const Src& src, TopkShared& sh, uint32_t b1, uint32_t need1,
+                            int32_t visible, int32_t k_eff, int32_t* out) {
+  uint32_t threshold = 0, need_eq = 0;
+  refine(src, sh, b1, need1, &threshold, &need_eq);
+  emit(src, sh, false, threshold, need_eq, visible, k_eff, out);
+}
+
 // Appends the finite elements of src with key >= lo to (list_key, list_idx) in position order;
 // returns how many (the same value in every thread).
 template <class Src>
@@ -326,17 +335,14 @@ __device__ void topk_row(TopkShared& sh, const float* row, int32_t n, int32_t vi
     return;
   }
   const uint32_t need1 = static_cast<uint32_t>(k_eff) - above1;
-  uint32_t threshold = 0, need_eq = 0;
   if (above1 + hist_b1 <= static_cast<uint32_t>(kListCap)) {
     // Compact the finite elements with key >= B1 << 20 into the list, in position order.
     const uint32_t count = compact(rsrc, sh, b1 << 20, sh.list_key, sh.list_idx);
     __syncthreads();
     const ListSource lsrc{sh.list_key, sh.list_idx, static_cast<int32_t>(count)};
-    refine(lsrc, sh, b1, need1, &threshold, &need_eq);
-    emit(lsrc, sh, false, threshold, need_eq, visible, k_eff, out);
+    refine_emit(lsrc, sh, b1, need1, visible, k_eff, out);
   } else {
-    refine(rsrc, sh, b1, need1, &threshold, &need_eq);
-    emit(rsrc, sh, false, threshold, need_eq, visible, k_eff, out);
+    refine_emit(rsrc, sh, b1, need1, visible, k_eff, out);
   }
 }
 
@@ -495,14 +501,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     return;
   }
   const uint32_t need1 = static_cast<uint32_t>(k_eff) - above1;
-  uint32_t threshold = 0, need_eq = 0;
   if (list_ok) {
-    refine(lsrc, sh, b1, need1, &threshold, &need_eq);
-    emit(lsrc, sh, false, threshold, need_eq, visible, k_eff, out);
+    refine_emit(lsrc, sh, b1, need1, visible, k_eff, out);
   } else {  // many equal values: the whole-row passes over the global row
-    const RowSource rsrc{row, n};
-    refine(rsrc, sh, b1, need1, &threshold, &need_eq);
-    emit(rsrc, sh, false, threshold, need_eq, visible, k_eff, out);
+    refine_emit(RowSource{row, n}, sh, b1, need1, visible, k_eff, out);
   }
 }
 
