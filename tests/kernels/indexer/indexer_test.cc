@@ -386,6 +386,33 @@ TEST(IndexerKernel, TopkEverySliceCountMatchesCpu) {
   }
 }
 
+// The cached kernel (-2: the row read once, its 16-bit keys in shared memory) at its largest row,
+// and the many-rows plan that chooses it.
+TEST(IndexerKernel, TopkCachedKernelMatchesCpu) {
+  DI_REQUIRE_GPU();
+  for (int64_t n : {int64_t{81920}, int64_t{65536}, int64_t{40003}, int64_t{4101}, int64_t{31}}) {
+    for (int k : {512, 2048, 1}) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " k=" << k);
+      const int64_t stride = (n + 3) / 4 * 4 + 4;
+      std::vector<int32_t> visible;
+      const auto s = topk_rows(n, stride, k, &visible, 101 + static_cast<uint64_t>(n + k));
+      check_topk(s, static_cast<int64_t>(visible.size()), n, stride, visible, k, -2);
+    }
+  }
+}
+
+TEST(IndexerKernel, TopkManyRowsMatchCpu) {
+  DI_REQUIRE_GPU();
+  const int64_t n = 40003, stride = 40008;
+  std::vector<int32_t> visible;
+  std::vector<float> s;
+  for (uint64_t seed = 0; s.size() < static_cast<size_t>(150 * stride); ++seed) {
+    const auto rows = topk_rows(n, stride, 512, &visible, 91 + seed);
+    s.insert(s.end(), rows.begin(), rows.end());
+  }
+  check_topk(s, static_cast<int64_t>(visible.size()), n, stride, visible, 512);
+}
+
 TEST(IndexerKernel, TopkLongRow) {
   DI_REQUIRE_GPU();
   // 262,151 positions: eight slices; 300,007: longer than eight slices hold, so one CTA per row
@@ -545,6 +572,11 @@ TEST(IndexerKernel, LaunchersRejectBadParams) {
   p.out_stride = 512;
   p.ctas_per_row = 1;
   EXPECT_NE(test::error_of([&] { indexer_topk(p, nullptr); }).find("36868 positions per CTA"),
+            std::string::npos);
+  p.n = 81921;  // past what the cached kernel holds
+  p.score_stride = 81924;
+  p.ctas_per_row = -2;
+  EXPECT_NE(test::error_of([&] { indexer_topk(p, nullptr); }).find("at most 81920 positions"),
             std::string::npos);
   IndexerScoreParams sp;
   sp.rows = 1;

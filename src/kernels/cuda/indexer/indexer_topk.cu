@@ -63,7 +63,11 @@ constexpr int32_t kSliceTarget = 16384;       // positions per CTA the plan aims
 constexpr int32_t kSliceMax = 36864;          // positions per CTA at most (144 KiB of scores)
 constexpr int32_t kMinSlice = 2048;           // a row is cut only into slices at least this long
 constexpr int64_t kSlicedMinRatio = 16;       // the sliced kernel only for rows >= 16 k long
+constexpr int32_t kCachedMax = 81920;         // positions the cached kernel holds (2 B each)
+constexpr int32_t kCachedMin = 4096;          // shorter rows among many: the whole-row kernel
+constexpr uint32_t kNegInfKey16 = kNegInfKey >> 16;  // no finite value shares it (rows hold no NaN)
 static_assert(kThreads * kListPer >= kListCap);
+static_assert(kCachedMax % 32 == 0 && kRowPer == 16, "the cached kernel stores 16 keys a thread");
 static_assert(kBins1 % kThreads == 0 && kBins2 % kThreads == 0);
 
 // Monotone map of fp32 bits to uint32 (a < b as floats <=> key(a) < key(b)), -0 -> key(+0).
@@ -508,6 +512,181 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// Cached kernel (many rows): one CTA per row reads the row from global memory once, building the
+// 12-bit histogram and keeping the top 16 bits of every key in shared memory (key16; 2 bytes a
+// position, padding positions -inf). From the threshold bin B1: every key16 whose top 12 bits
+// are above B1 is selected outright, into a bitmap of the row (bit b of word w = position
+// 32 w + b; a thread owns a contiguous run of words). The bin's positions (the bin's count:
+// tens to a few hundred) are listed in position order from per-word bin bits and one CTA scan,
+// their full keys read again from global memory (the row was just read: L2), refined as in the
+// other kernels, and the selected ones OR-ed into the bitmap. Emission: each thread's popcounts
+// below `visible`, one CTA scan, the set bits in order; -1 after. Many ties (the bin's
+// candidates overflow the list) fall back to the whole-row passes over the global row.
+__host__ __device__ constexpr size_t cached_keys_offset() {
+  return (sizeof(TopkShared) + 15) / 16 * 16;
+}
+__host__ __device__ constexpr int64_t cached_words(int64_t n) {
+  return (n + 31) / 32;
+}
+__host__ __device__ constexpr size_t cached_smem_bytes(int64_t n) {
+  return cached_keys_offset() + static_cast<size_t>(cached_words(n)) * (32 * 2 + 4);
+}
+
+// Bits of the positions below `lim` in word w.
+__device__ __forceinline__ uint32_t below_mask(int32_t w, int32_t lim) {
+  const int32_t left = lim - 32 * w;
+  return left >= 32 ? 0xFFFFFFFFu : (left <= 0 ? 0u : (1u << left) - 1u);
+}
+
+// grid = rows (one CTA per row); dynamic shared memory cached_smem_bytes(n).
+__global__ void __launch_bounds__(kThreads) topk_cached_kernel(IndexerTopkParams p) {
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
+  extern __shared__ __align__(16) uint8_t smem[];
+  TopkShared& sh = *reinterpret_cast<TopkShared*>(smem);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t r = blockIdx.x;
+  const int32_t n = static_cast<int32_t>(p.n);
+  const int32_t words = static_cast<int32_t>(cached_words(n));
+  uint16_t* key16 = reinterpret_cast<uint16_t*>(smem + cached_keys_offset());  // [32 words]
+  uint32_t* bits = reinterpret_cast<uint32_t*>(key16 + 32 * words);            // [words]
+  const int32_t visible = p.row_visible != nullptr ? __ldg(p.row_visible + r) : n;
+  const int32_t k_eff = min(p.k, n);
+  const float* row = p.scores + r * p.score_stride;
+  int32_t* out = p.out + r * p.out_stride;
+
+  for (int i = tid; i < kBins1; i += kThreads)
+    sh.hist[i] = 0u;
+  __syncthreads();
+  // The row's one read: the histogram and the 16-bit keys (16 positions a thread: 32 bytes).
+  const RowSource rsrc{row, n};
+  for_each_chunk(rsrc, [&](const uint32_t(&key)[kRowPer], const int32_t(&idx)[kRowPer]) {
+#pragma unroll
+    for (int e = 0; e < kRowPer; ++e)
+      if (key[e] != kNegInfKey) atomicAdd(&sh.hist[key[e] >> 20], 1u);
+    if (idx[0] < 32 * words) {
+      uint32_t w[kRowPer / 2];
+#pragma unroll
+      for (int i = 0; i < kRowPer / 2; ++i)
+        w[i] = (key[2 * i] >> 16) | (key[2 * i + 1] & 0xFFFF0000u);
+      uint4* dst = reinterpret_cast<uint4*>(key16 + idx[0]);
+      dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+      dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    }
+  });
+  __syncthreads();
+  find_bin(sh, kBins1, static_cast<uint32_t>(k_eff));
+  const uint32_t total = sh.found[2];
+  const uint32_t b1 = sh.found[0], above1 = sh.found[1];
+  const uint32_t hist_b1 = sh.hist[b1 & (kBins1 - 1)];
+  __syncthreads();
+  const bool take_all = total <= static_cast<uint32_t>(k_eff);  // every finite value
+  const uint32_t need1 = static_cast<uint32_t>(k_eff) - above1;
+  if (!take_all && above1 + hist_b1 > static_cast<uint32_t>(kListCap)) {
+    uint32_t threshold = 0, need_eq = 0;  // many equal values: the whole-row passes
+    refine(rsrc, sh, b1, need1, &threshold, &need_eq);
+    emit(rsrc, sh, false, threshold, need_eq, visible, k_eff, out);
+    return;
+  }
+
+  // Above-bin bits into the bitmap; the bin's bits kept per word. B1 >= 8 (the bin of a finite
+  // value), so -inf (top 12 bits 7) is never above nor in it; take_all selects every finite key.
+  constexpr int kMaxPer = (kCachedMax / 32 + kThreads - 1) / kThreads;
+  const int per = (words + kThreads - 1) / kThreads;
+  const int w0 = tid * per;
+  uint32_t in_bin[kMaxPer];
+  uint32_t n_in = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxPer; ++i) {
+    in_bin[i] = 0u;
+    const int w = w0 + i;
+    if (i < per && w < words) {
+      uint32_t above = 0, in = 0;
+      const uint4* src = reinterpret_cast<const uint4*>(key16 + 32 * w);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint4 v = src[q];
+        const uint32_t pair[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const uint32_t k16 = (pair[j / 2] >> (16 * (j % 2))) & 0xFFFFu;
+          const int b = 8 * q + j;
+          const bool up = take_all ? k16 > kNegInfKey16 : (k16 >> 4) > b1;
+          above |= up ? (1u << b) : 0u;
+          in |= (!take_all && (k16 >> 4) == b1) ? (1u << b) : 0u;
+        }
+      }
+      bits[w] = above;
+      in_bin[i] = in;
+      n_in += __popc(in);
+    }
+  }
+  // The bin's positions in position order, then their full keys from the global row.
+  uint32_t listed = 0;
+  uint32_t at = cta_exclusive_scan(n_in, sh.scan, &listed);
+#pragma unroll
+  for (int i = 0; i < kMaxPer; ++i) {
+    uint32_t x = in_bin[i];
+    while (x != 0u) {
+      const int b = __ffs(x) - 1;
+      x &= x - 1u;
+      sh.list_idx[at++] = 32 * (w0 + i) + b;
+    }
+  }
+  __syncthreads();
+  for (uint32_t j = static_cast<uint32_t>(tid); j < listed; j += kThreads)
+    sh.list_key[j] = order_key(__ldg(row + sh.list_idx[j]));
+  __syncthreads();
+  if (!take_all) {
+    const ListSource lsrc{sh.list_key, sh.list_idx, static_cast<int32_t>(listed)};
+    uint32_t threshold = 0, need_eq = 0;
+    refine(lsrc, sh, b1, need1, &threshold, &need_eq);
+    // The bin's selected elements: key > T, or key == T among the first need_eq of those in
+    // position order (the list's order).
+    uint32_t eq_base = 0;
+    for_each_chunk(lsrc, [&](const uint32_t(&key)[kListPer], const int32_t(&idx)[kListPer]) {
+      uint32_t n_eq = 0;
+#pragma unroll
+      for (int e = 0; e < kListPer; ++e)
+        n_eq += key[e] == threshold ? 1u : 0u;
+      uint32_t eq_total = 0;
+      uint32_t eq_rank = eq_base + cta_exclusive_scan(n_eq, sh.scan, &eq_total);
+#pragma unroll
+      for (int e = 0; e < kListPer; ++e) {
+        bool sel = key[e] > threshold && key[e] != kNegInfKey;
+        if (key[e] == threshold) sel = eq_rank++ < need_eq;
+        if (sel) atomicOr(&bits[idx[e] >> 5], 1u << (idx[e] & 31));
+      }
+      eq_base += eq_total;
+    });
+    __syncthreads();
+  }
+  // Emission: the selected positions below `visible` in order, then -1 up to k_eff.
+  const int32_t lim = min(visible, n);
+  uint32_t count = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxPer; ++i) {
+    const int w = w0 + i;
+    if (i < per && w < words) count += __popc(bits[w] & below_mask(w, lim));
+  }
+  uint32_t written = 0;
+  uint32_t slot = cta_exclusive_scan(count, sh.scan, &written);
+#pragma unroll
+  for (int i = 0; i < kMaxPer; ++i) {
+    const int w = w0 + i;
+    if (i < per && w < words) {
+      uint32_t x = bits[w] & below_mask(w, lim);
+      while (x != 0u) {
+        const int b = __ffs(x) - 1;
+        x &= x - 1u;
+        out[slot++] = 32 * w + b;
+      }
+    }
+  }
+  for (int32_t i = static_cast<int32_t>(written) + tid; i < k_eff; i += kThreads)
+    out[i] = -1;
+}
+
 // Block scores: bs[r, b] = max of the row's scores in block b (reference std::max order: a NaN
 // never enters), the block holding position visible - 1 pinned to +inf. grid = (ceil(nb / 256),
 // rows).
@@ -587,9 +766,10 @@ void check_topk(const IndexerTopkParams& p, const char* op) {
   DI_CHECK(p.rows >= 0 && p.n >= 0 && p.n < (int64_t{1} << 31) - kThreads * kRowPer,
            "{}: bad sizes (rows={}, n={})", op, p.rows, p.n);
   DI_CHECK(p.k >= 1 && p.k <= kIndexTopkMax, "{}: k {} outside [1, {}]", op, p.k, kIndexTopkMax);
-  DI_CHECK(p.ctas_per_row == -1 || p.ctas_per_row == 0 || p.ctas_per_row == 1 ||
-               p.ctas_per_row == 2 || p.ctas_per_row == 4 || p.ctas_per_row == kMaxCtasPerRow,
-           "{}: ctas_per_row {} must be -1 (whole row), 0 (chosen), 1, 2, 4 or {}", op,
+  DI_CHECK(p.ctas_per_row == -2 || p.ctas_per_row == -1 || p.ctas_per_row == 0 ||
+               p.ctas_per_row == 1 || p.ctas_per_row == 2 || p.ctas_per_row == 4 ||
+               p.ctas_per_row == kMaxCtasPerRow,
+           "{}: ctas_per_row {} must be -2 (cached), -1 (whole row), 0 (chosen), 1, 2, 4 or {}", op,
            p.ctas_per_row, kMaxCtasPerRow);
   DI_CHECK(p.rows <= 0x7FFFFFFF / kMaxCtasPerRow, "{}: {} rows is too many", op, p.rows);
   const int64_t k_eff = p.k < p.n ? p.k : p.n;
@@ -602,7 +782,8 @@ void check_topk(const IndexerTopkParams& p, const char* op) {
   DI_CHECK(aligned(p.scores, 16), "{}: scores must be 16-byte aligned", op);
 }
 
-// CTAs per row of the sliced kernel (0: the whole-row kernel) and the slice length.
+// CTAs per row of the sliced kernel (0: the whole-row kernel, -2: the cached kernel) and the
+// slice length.
 struct TopkPlan {
   int ctas = 0;
   int32_t slice = 0;
@@ -611,6 +792,12 @@ struct TopkPlan {
 TopkPlan plan_topk(const IndexerTopkParams& p, const char* op) {
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   if (p.ctas_per_row == -1) return TopkPlan{};  // the whole-row kernel
+  const TopkPlan cached{-2, 0};
+  if (p.ctas_per_row == -2) {
+    DI_CHECK(p.n <= kCachedMax, "{}: ctas_per_row -2 holds at most {} positions, n = {}", op,
+             kCachedMax, p.n);
+    return cached;
+  }
   int64_t want = p.ctas_per_row;
   if (want == 0) {
     int device = 0, sms = 0;
@@ -632,7 +819,10 @@ TopkPlan plan_topk(const IndexerTopkParams& p, const char* op) {
     // vs 8.5 us) for a cluster launch with a shared-memory attribute. With k a large share of
     // the row (the candidate pool's top-2048 of 8,192 blocks) CTA 0's list work dominates and
     // the cluster only adds barriers (docs/PERF.md).
-    if (want < 2 || p.rows * want > sms || p.n < kSlicedMinRatio * p.k) return TopkPlan{};
+    if (want < 2 || p.rows * want > sms || p.n < kSlicedMinRatio * p.k) {
+      // Many rows (or short ones): one read of the row with its 16-bit keys kept, where it fits.
+      return p.n >= kCachedMin && p.n <= kCachedMax ? cached : TopkPlan{};
+    }
   }
   TopkPlan plan;
   plan.slice = static_cast<int32_t>(ceil_div(ceil_div(p.n, want), 4) * 4);
@@ -650,6 +840,15 @@ void launch_topk(const IndexerTopkParams& p, cudaStream_t stream, const char* op
   const TopkPlan plan = plan_topk(p, op);
   if (plan.ctas == 0) {
     cuda_detail::launch_pdl(topk_kernel, static_cast<unsigned>(p.rows), kThreads, 0, stream, p);
+    DI_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  if (plan.ctas == -2) {
+    const size_t smem = cached_smem_bytes(p.n);
+    DI_CUDA_CHECK(cudaFuncSetAttribute(
+        topk_cached_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    cuda_detail::launch_pdl(topk_cached_kernel, static_cast<unsigned>(p.rows), kThreads, smem,
+                            stream, p);
     DI_CUDA_CHECK(cudaGetLastError());
     return;
   }
