@@ -80,7 +80,7 @@ struct IndexerTopkParams {
   int64_t out_stride = 0;    // >= min(k, n)
   // CTAs sharing a row (1, 2, 4 or 8: each holds a slice of the row in shared memory); -1: one
   // CTA per row reading the row from global memory twice; -2: one CTA per row reading it once and
-  // keeping its 16-bit keys (n <= 81,920); 0 chooses from rows and n. The output does not depend
+  // keeping its 16-bit keys (n <= 73,728); 0 chooses from rows and n. The output does not depend
   // on it (the selection is exact).
   int ctas_per_row = 0;
 };

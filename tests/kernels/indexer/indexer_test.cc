@@ -390,7 +390,7 @@ TEST(IndexerKernel, TopkEverySliceCountMatchesCpu) {
 // and the many-rows plan that chooses it.
 TEST(IndexerKernel, TopkCachedKernelMatchesCpu) {
   DI_REQUIRE_GPU();
-  for (int64_t n : {int64_t{81920}, int64_t{65536}, int64_t{40003}, int64_t{4101}, int64_t{31}}) {
+  for (int64_t n : {int64_t{73728}, int64_t{65536}, int64_t{40003}, int64_t{4101}, int64_t{31}}) {
     for (int k : {512, 2048, 1}) {
       SCOPED_TRACE(testing::Message() << "n=" << n << " k=" << k);
       const int64_t stride = (n + 3) / 4 * 4 + 4;
@@ -573,10 +573,10 @@ TEST(IndexerKernel, LaunchersRejectBadParams) {
   p.ctas_per_row = 1;
   EXPECT_NE(test::error_of([&] { indexer_topk(p, nullptr); }).find("36868 positions per CTA"),
             std::string::npos);
-  p.n = 81921;  // past what the cached kernel holds
-  p.score_stride = 81924;
+  p.n = 73729;  // past what the cached kernel holds
+  p.score_stride = 73732;
   p.ctas_per_row = -2;
-  EXPECT_NE(test::error_of([&] { indexer_topk(p, nullptr); }).find("at most 81920 positions"),
+  EXPECT_NE(test::error_of([&] { indexer_topk(p, nullptr); }).find("at most 73728 positions"),
             std::string::npos);
   IndexerScoreParams sp;
   sp.rows = 1;

@@ -63,7 +63,7 @@ constexpr int32_t kSliceTarget = 16384;       // positions per CTA the plan aims
 constexpr int32_t kSliceMax = 36864;          // positions per CTA at most (144 KiB of scores)
 constexpr int32_t kMinSlice = 2048;           // a row is cut only into slices at least this long
 constexpr int64_t kSlicedMinRatio = 16;       // the sliced kernel only for rows >= 16 k long
-constexpr int32_t kCachedMax = 81920;         // positions the cached kernel holds (2 B each)
+constexpr int32_t kCachedMax = 73728;         // positions the cached kernel holds (2 B each)
 constexpr int32_t kCachedMin = 4096;          // shorter rows among many: the whole-row kernel
 constexpr uint32_t kNegInfKey16 = kNegInfKey >> 16;  // no finite value shares it (rows hold no NaN)
 static_assert(kThreads * kListPer >= kListCap);
@@ -514,7 +514,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // Cached kernel (many rows): one CTA per row reads the row from global memory once, building the
 // 12-bit histogram and keeping the top 16 bits of every key in shared memory (key16; 2 bytes a
-// position, padding positions -inf). From the threshold bin B1: every key16 whose top 12 bits
+// position, positions past n -inf). From the threshold bin B1: every key16 whose top 12 bits
 // are above B1 is selected outright, into a bitmap of the row (bit b of word w = position
 // 32 w + b; a thread owns a contiguous run of words). The bin's positions (the bin's count:
 // tens to a few hundred) are listed in position order from per-word bin bits and one CTA scan,
@@ -522,15 +522,29 @@ __global__ void __launch_bounds__(kThreads, 2)
 // other kernels, and the selected ones OR-ed into the bitmap. Emission: each thread's popcounts
 // below `visible`, one CTA scan, the set bits in order; -1 after. Many ties (the bin's
 // candidates overflow the list) fall back to the whole-row passes over the global row.
+// Thread t owns words [t per, t per + per) (a run of 32 per positions); its run's keys start at
+// byte t (64 per + 16): the 16-byte pad puts the 16-byte loads of neighbouring threads in
+// different bank groups (an odd number of 16-byte units apart).
 __host__ __device__ constexpr size_t cached_keys_offset() {
   return (sizeof(TopkShared) + 15) / 16 * 16;
 }
 __host__ __device__ constexpr int64_t cached_words(int64_t n) {
   return (n + 31) / 32;
 }
-__host__ __device__ constexpr size_t cached_smem_bytes(int64_t n) {
-  return cached_keys_offset() + static_cast<size_t>(cached_words(n)) * (32 * 2 + 4);
+__host__ __device__ constexpr int32_t cached_per(int64_t n) {
+  return static_cast<int32_t>((cached_words(n) + kThreads - 1) / kThreads);
 }
+__host__ __device__ constexpr int32_t cached_run_bytes(int64_t n) {
+  return 64 * cached_per(n) + 16;
+}
+__host__ __device__ constexpr size_t cached_bits_offset(int64_t n) {
+  const int64_t runs = (cached_words(n) + cached_per(n) - 1) / cached_per(n);
+  return cached_keys_offset() + static_cast<size_t>(runs * cached_run_bytes(n));
+}
+__host__ __device__ constexpr size_t cached_smem_bytes(int64_t n) {
+  return cached_bits_offset(n) + static_cast<size_t>(cached_words(n)) * 4;
+}
+static_assert(cached_smem_bytes(kCachedMax) <= 227 * 1024, "the cached kernel's shared memory");
 
 // Bits of the positions below `lim` in word w.
 __device__ __forceinline__ uint32_t below_mask(int32_t w, int32_t lim) {
@@ -548,8 +562,9 @@ __global__ void __launch_bounds__(kThreads) topk_cached_kernel(IndexerTopkParams
   const int64_t r = blockIdx.x;
   const int32_t n = static_cast<int32_t>(p.n);
   const int32_t words = static_cast<int32_t>(cached_words(n));
-  uint16_t* key16 = reinterpret_cast<uint16_t*>(smem + cached_keys_offset());  // [32 words]
-  uint32_t* bits = reinterpret_cast<uint32_t*>(key16 + 32 * words);            // [words]
+  const int32_t per = cached_per(n), run_bytes = cached_run_bytes(n);
+  uint8_t* key16 = smem + cached_keys_offset();  // runs of 32 per 16-bit keys, padded
+  uint32_t* bits = reinterpret_cast<uint32_t*>(smem + cached_bits_offset(n));  // [words]
   const int32_t visible = p.row_visible != nullptr ? __ldg(p.row_visible + r) : n;
   const int32_t k_eff = min(p.k, n);
   const float* row = p.scores + r * p.score_stride;
@@ -564,12 +579,13 @@ __global__ void __launch_bounds__(kThreads) topk_cached_kernel(IndexerTopkParams
 #pragma unroll
     for (int e = 0; e < kRowPer; ++e)
       if (key[e] != kNegInfKey) atomicAdd(&sh.hist[key[e] >> 20], 1u);
-    if (idx[0] < 32 * words) {
+    if (idx[0] < 32 * words) {  // 16 positions never straddle a run (32 per of them)
       uint32_t w[kRowPer / 2];
 #pragma unroll
       for (int i = 0; i < kRowPer / 2; ++i)
         w[i] = (key[2 * i] >> 16) | (key[2 * i + 1] & 0xFFFF0000u);
-      uint4* dst = reinterpret_cast<uint4*>(key16 + idx[0]);
+      const int32_t run = idx[0] / (32 * per), in_run = idx[0] - run * 32 * per;
+      uint4* dst = reinterpret_cast<uint4*>(key16 + run * run_bytes + 2 * in_run);
       dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
       dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
     }
@@ -592,7 +608,6 @@ __global__ void __launch_bounds__(kThreads) topk_cached_kernel(IndexerTopkParams
   // Above-bin bits into the bitmap; the bin's bits kept per word. B1 >= 8 (the bin of a finite
   // value), so -inf (top 12 bits 7) is never above nor in it; take_all selects every finite key.
   constexpr int kMaxPer = (kCachedMax / 32 + kThreads - 1) / kThreads;
-  const int per = (words + kThreads - 1) / kThreads;
   const int w0 = tid * per;
   uint32_t in_bin[kMaxPer];
   uint32_t n_in = 0;
@@ -602,7 +617,7 @@ __global__ void __launch_bounds__(kThreads) topk_cached_kernel(IndexerTopkParams
     const int w = w0 + i;
     if (i < per && w < words) {
       uint32_t above = 0, in = 0;
-      const uint4* src = reinterpret_cast<const uint4*>(key16 + 32 * w);
+      const uint4* src = reinterpret_cast<const uint4*>(key16 + tid * run_bytes + 64 * i);
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const uint4 v = src[q];
