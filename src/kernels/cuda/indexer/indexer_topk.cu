@@ -599,9 +599,7 @@ __global__ void __launch_bounds__(kThreads) topk_cached_kernel(IndexerTopkParams
   const bool take_all = total <= static_cast<uint32_t>(k_eff);  // every finite value
   const uint32_t need1 = static_cast<uint32_t>(k_eff) - above1;
   if (!take_all && above1 + hist_b1 > static_cast<uint32_t>(kListCap)) {
-    uint32_t threshold = 0, need_eq = 0;  // many equal values: the whole-row passes
-    refine(rsrc, sh, b1, need1, &threshold, &need_eq);
-    emit(rsrc, sh, false, threshold, need_eq, visible, k_eff, out);
+    refine_emit(rsrc, sh, b1, need1, visible, k_eff, out);  // many equal values: global passes
     return;
   }
 
