@@ -32,6 +32,11 @@
 // fallback): one CTA per row reads the row from global memory for the histogram and for the
 // compaction (or, with many ties, for every pass).
 //
+// Cached kernel (many rows up to 73,728 positions where it keeps the residency: plan_topk): one
+// CTA per row reads the row once, keeping a 16-bit key per position in shared memory; the
+// threshold bin's positions are listed and their full keys re-read; emission from a per-row
+// position bitmap.
+//
 // Candidate pool: block max over the row (with the newest visible block pinned to +inf) into the
 // workspace, the same top-k over the block scores (k = topk_blocks; -inf blocks drop out like
 // -inf scores), then the mask from the sorted block ids (a binary search per position).
@@ -64,7 +69,6 @@ constexpr int32_t kSliceMax = 36864;          // positions per CTA at most (144 
 constexpr int32_t kMinSlice = 2048;           // a row is cut only into slices at least this long
 constexpr int64_t kSlicedMinRatio = 16;       // the sliced kernel only for rows >= 16 k long
 constexpr int32_t kCachedMax = 73728;         // positions the cached kernel holds (2 B each)
-constexpr int32_t kCachedMin = 4096;          // shorter rows among many: the whole-row kernel
 constexpr uint32_t kNegInfKey16 = kNegInfKey >> 16;  // no finite value shares it (rows hold no NaN)
 static_assert(kThreads * kListPer >= kListCap);
 static_assert(kCachedMax % 32 == 0 && kRowPer == 16, "the cached kernel stores 16 keys a thread");
@@ -802,6 +806,14 @@ struct TopkPlan {
   int32_t slice = 0;
 };
 
+// The cached kernel may take the shared memory of its longest row (the occupancy query counts
+// a launch above the function's allowance as not resident).
+void allow_cached_smem() {
+  DI_CUDA_CHECK(cudaFuncSetAttribute(topk_cached_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(cached_smem_bytes(kCachedMax))));
+}
+
 TopkPlan plan_topk(const IndexerTopkParams& p, const char* op) {
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   if (p.ctas_per_row == -1) return TopkPlan{};  // the whole-row kernel
@@ -833,8 +845,22 @@ TopkPlan plan_topk(const IndexerTopkParams& p, const char* op) {
     // the row (the candidate pool's top-2048 of 8,192 blocks) CTA 0's list work dominates and
     // the cluster only adds barriers (docs/PERF.md).
     if (want < 2 || p.rows * want > sms || p.n < kSlicedMinRatio * p.k) {
-      // Many rows (or short ones): one read of the row with its 16-bit keys kept, where it fits.
-      return p.n >= kCachedMin && p.n <= kCachedMax ? cached : TopkPlan{};
+      // Many rows (or short ones): one read of the row with its 16-bit keys kept, where it fits
+      // and does not cost residency. Its shared memory (2 B a position + the 48 KiB of
+      // TopkShared) caps it at fewer CTAs a SM than the whole-row kernel's registers allow from
+      // ~16K positions up; with more waves than that the whole-row kernel's overlapped reads win
+      // (H200, k = 512: 1,024 x 64K 183 vs 197 us, 1,024 x 32K 102 vs 129 us), within one wave
+      // or at equal residency the single read wins (132 x 64K 26.0 vs 31.9 us, 2,048 x 8K 87 vs
+      // 95 us). Rows shorter than 16 k (the candidate pool) stay on the whole-row kernel.
+      if (p.n > kCachedMax || p.n < kSlicedMinRatio * p.k) return TopkPlan{};
+      int per_sm_cached = 0, per_sm_whole = 0;
+      allow_cached_smem();
+      DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm_cached, topk_cached_kernel, kThreads, cached_smem_bytes(p.n)));
+      DI_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_whole, topk_kernel, kThreads, 0));
+      const bool one_wave = p.rows <= static_cast<int64_t>(per_sm_cached) * sms;
+      return per_sm_cached > 0 && (one_wave || per_sm_cached >= per_sm_whole) ? cached : TopkPlan{};
     }
   }
   TopkPlan plan;
@@ -858,8 +884,7 @@ void launch_topk(const IndexerTopkParams& p, cudaStream_t stream, const char* op
   }
   if (plan.ctas == -2) {
     const size_t smem = cached_smem_bytes(p.n);
-    DI_CUDA_CHECK(cudaFuncSetAttribute(
-        topk_cached_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    allow_cached_smem();
     cuda_detail::launch_pdl(topk_cached_kernel, static_cast<unsigned>(p.rows), kThreads, smem,
                             stream, p);
     DI_CUDA_CHECK(cudaGetLastError());
