@@ -15,6 +15,13 @@ __device__ __forceinline__ void cp_async16(void* smem_ptr, const void* gptr, boo
                "r"(src_bytes));
 }
 
+// The same with the destination as a shared-memory address (hoisted conversions).
+__device__ __forceinline__ void cp_async16(uint32_t smem_addr, const void* gptr, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gptr),
+               "r"(src_bytes));
+}
+
 // 4 bytes (.ca: cp.async of fewer than 16 bytes must go through L1).
 __device__ __forceinline__ void cp_async4(void* smem_ptr, const void* gptr, bool valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_ptr));

@@ -163,15 +163,21 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
   // warp w copies block w of the stage for every group, chunk j = lane + 32 i being group j / 16,
   // token (j & 15) / 2, the even or odd half by j % 2, from the interleaved rows (kGroups = 1:
   // lanes 0-15 only).
+  // Lane-constant addresses, so that a stage's copies are its slot and stage offsets added to
+  // them: chunk i of the weights is row (lane / 4 + 8 i) % 16 of tile i / 2, whose ring offset is
+  // chunk 0's + 512 i (the swizzle depends on the row only through (row / 2) % 4).
   const int wc = lane % kBlocks;
-  const uint8_t* wsrc[kBlocks];
+  const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+  const uint32_t wdst0 = ring_s + static_cast<uint32_t>(ring_offset(lane >> 2, wc));
+  const uint8_t* wsrc[kMTiles];
 #pragma unroll
-  for (int i = 0; i < kBlocks; ++i)
-    wsrc[i] = wcodes[i / 2] + ((lane >> 2) + 8 * i) % 16 * kFp4TileRowBytes + wc * 16;
+  for (int mt = 0; mt < kMTiles; ++mt)
+    wsrc[mt] = wcodes[mt] + (lane >> 2) * kFp4TileRowBytes + wc * 16;
   constexpr int kBIter = kGroups == 1 ? 1 : kGroups / 2;
   const uint8_t* bsrc[kBIter];
-  int bdst[kBIter];
+  uint32_t bdst[kBIter];
   bool btok[kBIter];
+  const uint32_t bring_s = static_cast<uint32_t>(__cvta_generic_to_shared(bring));
 #pragma unroll
   for (int i = 0; i < kBIter; ++i) {
     const int j = lane + 32 * i;
@@ -180,24 +186,24 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
     const int64_t pair = tile.first_pair + min(t, tile.count - 1);
     bsrc[i] = p.xq + (p.pair_index != nullptr ? p.pair_index[pair] / p.topk : pair) * p.k +
               warp * 32 + (j & 1) * 16;
-    bdst[i] = (j >> 4) * kBStageBytes + warp * 256 + (j & 1) * 128 + ((j & 15) >> 1) * 16;
+    bdst[i] = bring_s + static_cast<uint32_t>((j >> 4) * kBStageBytes + warp * 256 + (j & 1) * 128 +
+                                              ((j & 15) >> 1) * 16);
   }
-  auto issue = [&](int s) {  // local stage s = stage s0 + s of K
-    uint8_t* dst = ring + (s % kStages) * kStageBytes;
+  auto issue = [&](int s, int slot) {  // local stage s = stage s0 + s of K, into ring slot `slot`
     const int gs = s0 + s;
     const bool valid = gs * kBlocks + wc < kb;  // only the last stage can be partial
+    const int64_t go = valid ? int64_t{gs} * kFp4TileBytes : 0;
+    const uint32_t dst = wdst0 + static_cast<uint32_t>(slot * kStageBytes);
 #pragma unroll
-    for (int i = 0; i < kBlocks; ++i) {
-      const int r = (lane >> 2) + 8 * i;
-      cp_async16(dst + ring_offset(r, wc), wsrc[i] + (valid ? gs * kFp4TileBytes : 0), valid);
-    }
-    uint8_t* bdst_stage = bring + (s % kStages) * kGroups * kBStageBytes;
+    for (int i = 0; i < kBlocks; ++i)
+      cp_async16(dst + 512 * i, wsrc[i / 2] + go + (i % 2) * 8 * kFp4TileRowBytes, valid);
+    const uint32_t boff = static_cast<uint32_t>(slot * kGroups * kBStageBytes);
     const bool bblock = gs * kBlocks + warp < kb;
 #pragma unroll
     for (int i = 0; i < kBIter; ++i) {
       if (lane + 32 * i >= 16 * kGroups) break;
       const bool ok = btok[i] && bblock;
-      cp_async16(bdst_stage + bdst[i], bsrc[i] + (ok ? gs * kStageCols : 0), ok);
+      cp_async16(bdst[i] + boff, bsrc[i] + (ok ? gs * kStageCols : 0), ok);
     }
   };
   // Copy group 0: the half's scale blocks [blk0, blk0 + kbl) of the warp's weight rows and of
@@ -240,7 +246,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
     }
   }
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nstages) issue(s);
+    if (s < nstages) issue(s, s);
     cp_async_commit();
   }
 
@@ -255,11 +261,12 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
     swp[mt][1] = sw + (mt * 16 + g + 8) * kbl_max;
   }
   float acc[kGroups][kMTiles][4] = {};
+  int slot = 0, next_slot = kStages - 1;  // ring slots of stage s and of stage s + kStages - 1
   for (int s = 0; s < nstages; ++s) {
     cp_async_wait<kStages - 2>();
     fence_proxy_async_smem();  // this thread's copies of the stage -> the wgmma (async) proxy
     __syncthreads();           // every warp's part of the stage's activations has landed
-    const uint8_t* st = ring + (s % kStages) * kStageBytes;
+    const uint8_t* st = ring + slot * kStageBytes;
     // A fragments: per block and tile, rows g / g + 8, even then odd nibbles. The blocks past k
     // of a partial last stage are zero (zero-filled copies), and not promoted.
     uint32_t a[4][kMTiles][4];
@@ -304,7 +311,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
     // Per group: 8 wgmma from zero, then the promotion; the next group's wgmmas are in flight
     // while a group is promoted (two partial sets).
     float d[2][4][kMTiles][4];
-    const uint8_t* bstage = bring + (s % kStages) * kGroups * kBStageBytes;
+    const uint8_t* bstage = bring + slot * kGroups * kBStageBytes;
     auto issue_group = [&](int gi) {
       const uint64_t desc0 = act_block_desc(bstage + gi * kBStageBytes);
       fp8_sm90::wgmma_fence();
@@ -356,8 +363,10 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
       promote_group(gi);
     }
     __syncwarp();
-    if (s + kStages - 1 < nstages) issue(s + kStages - 1);
+    if (s + kStages - 1 < nstages) issue(s + kStages - 1, next_slot);
     cp_async_commit();
+    slot = slot == kStages - 1 ? 0 : slot + 1;
+    next_slot = next_slot == kStages - 1 ? 0 : next_slot + 1;
   }
   cp_async_wait<0>();
 
