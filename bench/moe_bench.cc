@@ -3,10 +3,12 @@
 // expert its own memory), top-6 routing of decode batches. Each line gives the per-launch time
 // (CUDA graph of 16 launches, median of 5 replays) of the w1|w3 grouped GEMM, the w2 grouped GEMM
 // and the whole routed-expert chain (tile list, activation interleave, w1|w3, SwiGLU + act_quant,
-// w2), the FP4 weight
-// bytes the step must stream (codes + scales of the distinct experts its tokens select) and that
-// traffic per second: the "effective" FP4 streaming rate of issue 8 (target >= 2.5 TB/s at batch
-// 1-16), also as a fraction of the device-to-device copy bandwidth measured in the same run.
+// w2), the FP4 weight bytes the step must stream (codes + scales of the distinct experts its
+// tokens select) and that traffic per second: the "effective" FP4 streaming rate of issue 8
+// (target >= 2.5 TB/s at batch 1-16), also as a fraction of the device-to-device copy bandwidth
+// measured in the same run. The last two columns time the experts as the forward runs them at
+// decode, where the fused routing + permutation writes the tiles and the FFN norm the
+// interleaved activations: w1|w3, SwiGLU + act_quant, w2.
 // Consecutive launches use 16 different random routings, so that no launch finds its experts
 // in L2 (50 MB) from the previous one.
 //
@@ -126,8 +128,8 @@ int run(int64_t only_batch) {
   const DeviceBuffer down_table = upload(down, st, "w2 table");
   std::printf("expert FP4 bytes (w1 + w3 + w2, codes + scales): %.2f MB\n",
               static_cast<double>(expert_bytes) / 1e6);
-  std::printf("%6s %8s %10s %10s %10s %10s %10s %8s\n", "batch", "experts", "MB", "w1|w3 us",
-              "w2 us", "chain us", "TB/s", "of copy");
+  std::printf("%6s %8s %10s %10s %10s %10s %10s %8s %10s %10s\n", "batch", "experts", "MB",
+              "w1|w3 us", "w2 us", "chain us", "TB/s", "of copy", "experts us", "TB/s");
 
   // Decode batches (the tile size moe_expert_tile_tokens picks), then prefill-sized steps with
   // both tile sizes (the FLOP rate against the FP8 tensor-core rate is the roofline there).
@@ -176,6 +178,7 @@ int run(int64_t only_batch) {
       p.n = first ? kInter : kDim;
       p.k = first ? kDim : kInter;
       p.out = first ? gu.data() : y.data();
+      p.tiles_early = !first;  // w2 comes after moe_swiglu_quant in the chains below
       moe_expert_gemm(p, s);
     };
     auto swiglu = [&](const Routing& rt, cudaStream_t s) {
@@ -218,10 +221,20 @@ int run(int64_t only_batch) {
       swiglu(rt, s);
       gemm(rt, false, s);
     });
+    // The forward's decode sequence once routed (the fused routing + permutation writes the
+    // tiles, the FFN norm the interleaved activations): w1 | w3, SwiGLU / act_quant, w2.
+    const double t_experts = bench::graph_time_us(stream, kRoutings, [&](int i, cudaStream_t s) {
+      const Routing& rt = rts[static_cast<size_t>(i)];
+      gemm(rt, true, s);
+      swiglu(rt, s);
+      gemm(rt, false, s);
+    });
     const double bytes = distinct * static_cast<double>(expert_bytes);
     const double tbs = bytes / (t_chain * 1e-6) / 1e12;
-    std::printf("%6ld %8.1f %10.1f %10.1f %10.1f %10.1f %10.2f %7.1f%%\n", static_cast<long>(rows),
-                distinct, bytes / 1e6, t_up, t_down, t_chain, tbs, 100.0 * tbs * 1e3 / copy);
+    const double experts_tbs = bytes / (t_experts * 1e-6) / 1e12;
+    std::printf("%6ld %8.1f %10.1f %10.1f %10.1f %10.1f %10.2f %7.1f%% %10.1f %10.2f\n",
+                static_cast<long>(rows), distinct, bytes / 1e6, t_up, t_down, t_chain, tbs,
+                100.0 * tbs * 1e3 / copy, t_experts, experts_tbs);
     const double up_tbs =
         distinct * 2 * static_cast<double>(up_codes + up_scales) / (t_up * 1e-6) / 1e12;
     const double down_tbs =

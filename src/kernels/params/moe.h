@@ -152,6 +152,11 @@ struct MoeExpertGemmParams {
   int64_t k = 0;        // % 32 == 0
   void* out = nullptr;  // [pairs, mats * n] fp32 or bf16 (precision)
   ActPrecision precision = ActPrecision::kF32;
+  // The tiles were complete before the launch preceding this one on the stream began (w2 after
+  // moe_swiglu_quant): the kernel reads them and starts its weight copies before waiting for
+  // that launch (programmatic dependent launch), so that they overlap its tail. False: nothing
+  // is read before the wait (w1 | w3 right after the routing that writes the tiles).
+  bool tiles_early = false;
 };
 
 // The activation order of the grouped expert GEMM: in every 32-block of a row its 16 even

@@ -1761,8 +1761,8 @@ void CudaModel::moe(int64_t i, int64_t S) {
   // Routed experts: w1 | w3 over the gathered token rows, SwiGLU * routing weight -> act_quant,
   // w2 over the pairs. The tensor-core GEMM reads its activations in the interleaved K order.
   auto expert_gemm = [&](const uint8_t* aq, const uint8_t* as, const int32_t* pair_index,
-                         const Fp4ExpertMatrix* weights, int mats, int64_t n, int64_t k,
-                         void* out) {
+                         const Fp4ExpertMatrix* weights, int mats, int64_t n, int64_t k, void* out,
+                         bool tiles_early) {
     if (exact_) {
       GroupedLinearExactParams g;
       g.xq = aq;
@@ -1798,13 +1798,14 @@ void CudaModel::moe(int64_t i, int64_t S) {
     g.k = k;
     g.out = out;
     g.precision = act_;
+    g.tiles_early = tiles_early;
     moe_expert_gemm(g, stream_.get());
     after("moe_expert_gemm");
   };
   // The tensor-core GEMM's activation order, written by the FFN norm (block_forward).
   const uint8_t* xa = exact_ ? xq : buf<uint8_t>("moe.xqi", S * D);
   void* gu = act("moe.gu", pairs * 2 * inter);
-  expert_gemm(xa, xs, pp.pair_index, w.experts_w13, 2, inter, D, gu);
+  expert_gemm(xa, xs, pp.pair_index, w.experts_w13, 2, inter, D, gu, false);
   MoeSwigluQuantParams sq = swiglu_quant_params(gu, pairs, inter, "moe");
   sq.weights = rp.weights;
   sq.pair_index = pp.pair_index;
@@ -1812,7 +1813,8 @@ void CudaModel::moe(int64_t i, int64_t S) {
   moe_swiglu_quant(sq, stream_.get());
   after("moe_swiglu_quant");
   void* eo = act("moe.eo", pairs * D);
-  expert_gemm(sq.codes, sq.scales, nullptr, w.experts_w2, 1, D, inter, eo);
+  // w2 follows moe_swiglu_quant; the tiles were written before it: the weights start early.
+  expert_gemm(sq.codes, sq.scales, nullptr, w.experts_w2, 1, D, inter, eo, true);
   // y = routed outputs summed per token in ascending expert id, then + the shared expert.
   if (fork) join_side();
   MoeCombineParams cp;

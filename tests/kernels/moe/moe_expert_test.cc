@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -163,8 +164,11 @@ int32_t expert_of_pair(const Routing& r, int64_t p) {
   return static_cast<int32_t>(it - r.off.begin()) - 1;
 }
 
+// `before` (optional) runs right before the launch: it may enqueue the launch the GEMM follows
+// and edit the parameters.
 std::vector<float> run_gemm(const Routing& r, const Act& a, bool gather, const ExpertSet& w,
-                            int64_t n, ActPrecision prec, cudaStream_t st) {
+                            int64_t n, ActPrecision prec, cudaStream_t st,
+                            const std::function<void(MoeExpertGemmParams&)>& before = nullptr) {
   const auto cols = static_cast<size_t>(w.mats * n);
   const bool bf16 = prec == ActPrecision::kBF16;
   DeviceBuffer out = bf16 ? poisoned<uint16_t>(static_cast<size_t>(r.pairs) * cols, st)
@@ -185,6 +189,7 @@ std::vector<float> run_gemm(const Routing& r, const Act& a, bool gather, const E
   p.k = a.k;
   p.out = out.data();
   p.precision = prec;
+  if (before) before(p);
   moe_expert_gemm(p, st);
   if (bf16) return from_bf16(download<uint16_t>(out, static_cast<size_t>(r.pairs) * cols, st));
   return download<float>(out, static_cast<size_t>(r.pairs) * cols, st);
@@ -351,6 +356,45 @@ TEST(MoeExpertGpu, PairRowsAreBatchInvariant) {
       ASSERT_EQ(dense_test::float_bits(got_big[static_cast<size_t>(pb * cols + c)]),
                 dense_test::float_bits(got_one[static_cast<size_t>(po * cols + c)]))
           << "slot " << j << " col " << c;
+    }
+  }
+}
+
+// tiles_early (w2 after moe_swiglu_quant): the tile and the first stages' weights are read
+// before the kernel waits for the launch it follows, the activations after. Here that launch is
+// moe_interleave_act writing the activations into a poisoned buffer: the outputs are bitwise
+// those of the plain launch on ready activations, for decode and prefill tiles.
+TEST(MoeExpertGpu, EarlyWeightsWaitForTheLaunchBefore) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const ExpertSet w = make_experts(kE, 1, kDim, kInter, 2, 5000, st);
+  uint64_t seed = 5100;
+  for (const int64_t rows : {1, 9, 40}) {
+    const int32_t tok = rows >= 40 ? kMoeTileTokensPrefill : kMoeTileTokens;
+    const Routing r =
+        route(random_ids(rows, kE, kTopk, ++seed, rows / 2), rows, kE, kTopk, st, tok);
+    const Act h = random_act(r.pairs, kInter, ++seed, st);
+    const auto want = run_gemm(r, h, false, w, kDim, ActPrecision::kF32, st);
+    const DeviceBuffer natural = upload(h.codes, st, "natural act codes");
+    for (int rep = 0; rep < 3; ++rep) {
+      DeviceBuffer dst = poisoned<uint8_t>(h.codes.size(), st);
+      const auto got =
+          run_gemm(r, h, false, w, kDim, ActPrecision::kF32, st, [&](MoeExpertGemmParams& p) {
+            MoeInterleaveParams ip;
+            ip.src = natural.as<uint8_t>();
+            ip.dst = dst.as<uint8_t>();
+            ip.rows = r.pairs;
+            ip.k = kInter;
+            moe_interleave_act(ip, st);
+            p.xq = dst.as<uint8_t>();
+            p.tiles_early = true;
+          });
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(dense_test::float_bits(got[i]), dense_test::float_bits(want[i]))
+            << "rows " << rows << " rep " << rep << " element " << i;
+      }
     }
   }
 }

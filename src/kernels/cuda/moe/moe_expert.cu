@@ -122,12 +122,17 @@ __device__ __forceinline__ int ring_offset(int r, int c) {
 template <int kGroups>
 __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kGroups == 1 ? 4 : 2)
     moe_expert_gemm_kernel(const MoeExpertGemmParams p) {
-  cuda_detail::pdl_wait();
+  // With tiles_early the tile, the weight scales and the first stages' weights are read before
+  // the wait (none is written by the preceding launch), the activations after it.
+  if (!p.tiles_early) cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
   constexpr int kTok = 8 * kGroups;
   extern __shared__ __align__(128) uint8_t smem[];
   const MoeExpertTile tile = p.tiles[blockIdx.y];
-  if (tile.expert < 0) return;  // uniform over the CTA
+  if (tile.expert < 0) {  // uniform over the CTA
+    if (p.tiles_early) cuda_detail::pdl_wait();
+    return;
+  }
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int kb = static_cast<int>(p.k / 32);
   // This CTA's half of K (cluster rank 0: the first ceil(stages / 2) stages), in whole stages.
@@ -173,23 +178,9 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
     wsrc[mt] = wcodes[mt] + (lane >> 2) * kFp4TileRowBytes + wc * 16;
-  constexpr int kBIter = kGroups == 1 ? 1 : kGroups / 2;
-  const uint8_t* bsrc[kBIter];
-  uint32_t bdst[kBIter];
-  bool btok[kBIter];
-  const uint32_t bring_s = static_cast<uint32_t>(__cvta_generic_to_shared(bring));
-#pragma unroll
-  for (int i = 0; i < kBIter; ++i) {
-    const int j = lane + 32 * i;
-    const int t = (j >> 4) * 8 + ((j & 15) >> 1);
-    btok[i] = j < 16 * kGroups && t < tile.count;
-    const int64_t pair = tile.first_pair + min(t, tile.count - 1);
-    bsrc[i] = p.xq + (p.pair_index != nullptr ? p.pair_index[pair] / p.topk : pair) * p.k +
-              warp * 32 + (j & 1) * 16;
-    bdst[i] = bring_s + static_cast<uint32_t>((j >> 4) * kBStageBytes + warp * 256 + (j & 1) * 128 +
-                                              ((j & 15) >> 1) * 16);
-  }
-  auto issue = [&](int s, int slot) {  // local stage s = stage s0 + s of K, into ring slot `slot`
+  // Local stage s = stage s0 + s of K, into ring slot `slot`: the warp's weights (issue_w), its
+  // part of the activations (issue_x).
+  auto issue_w = [&](int s, int slot) {
     const int gs = s0 + s;
     const bool valid = gs * kBlocks + wc < kb;  // only the last stage can be partial
     const int64_t go = valid ? int64_t{gs} * kFp4TileBytes : 0;
@@ -197,18 +188,11 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
 #pragma unroll
     for (int i = 0; i < kBlocks; ++i)
       cp_async16(dst + 512 * i, wsrc[i / 2] + go + (i % 2) * 8 * kFp4TileRowBytes, valid);
-    const uint32_t boff = static_cast<uint32_t>(slot * kGroups * kBStageBytes);
-    const bool bblock = gs * kBlocks + warp < kb;
-#pragma unroll
-    for (int i = 0; i < kBIter; ++i) {
-      if (lane + 32 * i >= 16 * kGroups) break;
-      const bool ok = btok[i] && bblock;
-      cp_async16(bdst[i] + boff, bsrc[i] + (ok ? gs * kStageCols : 0), ok);
-    }
   };
   // Copy group 0: the half's scale blocks [blk0, blk0 + kbl) of the warp's weight rows and of
   // the tile's tokens (4-byte copies when k / 32 % 4 == 0: every real shape; else plain loads),
-  // the first stage; groups 1 .. kStages - 2: the next stages.
+  // the first stage (with tiles_early: the weights of all kStages - 1 first stages, issued before
+  // the wait); groups 1 .. kStages - 2: the next stages.
   const bool words = kb % 4 == 0;
   const int wpr = words ? kbl / 4 : kbl;  // copies per row
   if (wpr > 0) {
@@ -232,6 +216,38 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
       }
     }
   }
+  if (p.tiles_early) {
+    for (int s = 0; s < kStages - 1 && s < nstages; ++s)
+      issue_w(s, s);
+    cuda_detail::pdl_wait();
+  }
+  constexpr int kBIter = kGroups == 1 ? 1 : kGroups / 2;
+  const uint8_t* bsrc[kBIter];
+  uint32_t bdst[kBIter];
+  bool btok[kBIter];
+  const uint32_t bring_s = static_cast<uint32_t>(__cvta_generic_to_shared(bring));
+#pragma unroll
+  for (int i = 0; i < kBIter; ++i) {
+    const int j = lane + 32 * i;
+    const int t = (j >> 4) * 8 + ((j & 15) >> 1);
+    btok[i] = j < 16 * kGroups && t < tile.count;
+    const int64_t pair = tile.first_pair + min(t, tile.count - 1);
+    bsrc[i] = p.xq + (p.pair_index != nullptr ? p.pair_index[pair] / p.topk : pair) * p.k +
+              warp * 32 + (j & 1) * 16;
+    bdst[i] = bring_s + static_cast<uint32_t>((j >> 4) * kBStageBytes + warp * 256 + (j & 1) * 128 +
+                                              ((j & 15) >> 1) * 16);
+  }
+  auto issue_x = [&](int s, int slot) {
+    const int gs = s0 + s;
+    const uint32_t boff = static_cast<uint32_t>(slot * kGroups * kBStageBytes);
+    const bool bblock = gs * kBlocks + warp < kb;
+#pragma unroll
+    for (int i = 0; i < kBIter; ++i) {
+      if (lane + 32 * i >= 16 * kGroups) break;
+      const bool ok = btok[i] && bblock;
+      cp_async16(bdst[i] + boff, bsrc[i] + (ok ? gs * kStageCols : 0), ok);
+    }
+  };
   for (int t = warp; t < kTok; t += kWarps) {  // a warp per token
     const bool valid = t < tile.count;
     const int64_t pair = tile.first_pair + (valid ? t : 0);
@@ -246,7 +262,10 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
     }
   }
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nstages) issue(s, s);
+    if (s < nstages) {
+      if (!p.tiles_early) issue_w(s, s);
+      issue_x(s, s);
+    }
     cp_async_commit();
   }
 
@@ -261,112 +280,127 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
     swp[mt][1] = sw + (mt * 16 + g + 8) * kbl_max;
   }
   float acc[kGroups][kMTiles][4] = {};
-  int slot = 0, next_slot = kStages - 1;  // ring slots of stage s and of stage s + kStages - 1
-  for (int s = 0; s < nstages; ++s) {
-    cp_async_wait<kStages - 2>();
-    fence_proxy_async_smem();  // this thread's copies of the stage -> the wgmma (async) proxy
-    __syncthreads();           // every warp's part of the stage's activations has landed
-    const uint8_t* st = ring + slot * kStageBytes;
-    // A fragments: per block and tile, rows g / g + 8, even then odd nibbles. The blocks past k
-    // of a partial last stage are zero (zero-filled copies), and not promoted.
-    uint32_t a[4][kMTiles][4];
+  // The stage loop; kOne: a decode tile of one pair (every tile at batch 1), whose odd token
+  // columns 2 t4 + 1 are never stored, so their promotion is skipped (the outputs of the stored
+  // column are the same operations either way).
+  auto stage_loop = [&]<bool kOne>() {
+    int slot = 0, next_slot = kStages - 1;  // ring slots of stage s and of stage s + kStages - 1
+    for (int s = 0; s < nstages; ++s) {
+      cp_async_wait<kStages - 2>();
+      fence_proxy_async_smem();  // this thread's copies of the stage -> the wgmma (async) proxy
+      __syncthreads();           // every warp's part of the stage's activations has landed
+      const uint8_t* st = ring + slot * kStageBytes;
+      // A fragments: per block and tile, rows g / g + 8, even then odd nibbles. The blocks past k
+      // of a partial last stage are zero (zero-filled copies), and not promoted.
+      uint32_t a[4][kMTiles][4];
 #pragma unroll
-    for (int bp = 0; bp < 2; ++bp) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        uint32_t w[4];
-        ldmatrix_x4(w, st + ring_offset(mt * 16 + lm_row, 2 * bp + lm_blk));
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          a[2 * bp + h][mt][0] = e2m1_even_to_e4m3(w[2 * h]);
-          a[2 * bp + h][mt][1] = e2m1_even_to_e4m3(w[2 * h + 1]);
-          a[2 * bp + h][mt][2] = e2m1_odd_to_e4m3(w[2 * h]);
-          a[2 * bp + h][mt][3] = e2m1_odd_to_e4m3(w[2 * h + 1]);
-        }
-      }
-    }
-    const int lb = s * kBlocks;  // the stage's first block in the half
-    // The weight scales, 2^(e_w - 127) * 2^6 = the float with exponent field e_w + 6; read once
-    // per stage when several groups use them.
-    auto sw_load = [&](int b, int mt, int h) {
-      return __uint_as_float((static_cast<uint32_t>(swp[mt][h][lb + b]) + 6) << 23);
-    };
-    float swf[kGroups > 1 ? 4 : 1][kMTiles][2];
-    if constexpr (kGroups > 1) {
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            swf[b][mt][h] = sw_load(b, mt, h);
-    }
-    auto sw_of = [&](int b, int mt, int h) {
-      if constexpr (kGroups > 1) {
-        return swf[b][mt][h];
-      } else {
-        return sw_load(b, mt, h);
-      }
-    };
-    // Per group: 8 wgmma from zero, then the promotion; the next group's wgmmas are in flight
-    // while a group is promoted (two partial sets).
-    float d[2][4][kMTiles][4];
-    const uint8_t* bstage = bring + slot * kGroups * kBStageBytes;
-    auto issue_group = [&](int gi) {
-      const uint64_t desc0 = act_block_desc(bstage + gi * kBStageBytes);
-      fp8_sm90::wgmma_fence();
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
-          wgmma_rs_m64n8k32(d[gi & 1][b][mt], a[b][mt], desc0 + b * (256 >> 4));
-      fp8_sm90::wgmma_commit();
-    };
-    auto promote_group = [&](int gi) {
-      const uint8_t* sxp0 = sx + (8 * gi + 2 * t4) * kbl_max + lb;
-      const uint8_t* sxp1 = sxp0 + kbl_max;
-      auto promote = [&](int b) {
-        const float sx0 = __uint_as_float(static_cast<uint32_t>(sxp0[b]) << 23);  // 2^(e_x-127)
-        const float sx1 = __uint_as_float(static_cast<uint32_t>(sxp1[b]) << 23);
+      for (int bp = 0; bp < 2; ++bp) {
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
-          float* dd = d[gi & 1][b][mt];
+          uint32_t w[4];
+          ldmatrix_x4(w, st + ring_offset(mt * 16 + lm_row, 2 * bp + lm_blk));
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            fp8_sm90::fence_regs(dd[i]);
-          const float sw0 = sw_of(b, mt, 0), sw1 = sw_of(b, mt, 1);
-          acc[gi][mt][0] = fmaf(dd[0] * sw0, sx0, acc[gi][mt][0]);
-          acc[gi][mt][1] = fmaf(dd[1] * sw0, sx1, acc[gi][mt][1]);
-          acc[gi][mt][2] = fmaf(dd[2] * sw1, sx0, acc[gi][mt][2]);
-          acc[gi][mt][3] = fmaf(dd[3] * sw1, sx1, acc[gi][mt][3]);
+          for (int h = 0; h < 2; ++h) {
+            a[2 * bp + h][mt][0] = e2m1_even_to_e4m3(w[2 * h]);
+            a[2 * bp + h][mt][1] = e2m1_even_to_e4m3(w[2 * h + 1]);
+            a[2 * bp + h][mt][2] = e2m1_odd_to_e4m3(w[2 * h]);
+            a[2 * bp + h][mt][3] = e2m1_odd_to_e4m3(w[2 * h + 1]);
+          }
+        }
+      }
+      const int lb = s * kBlocks;  // the stage's first block in the half
+      // The weight scales, 2^(e_w - 127) * 2^6 = the float with exponent field e_w + 6; read once
+      // per stage when several groups use them.
+      auto sw_load = [&](int b, int mt, int h) {
+        return __uint_as_float((static_cast<uint32_t>(swp[mt][h][lb + b]) + 6) << 23);
+      };
+      [[maybe_unused]] float swf[kGroups > 1 ? 4 : 1][kMTiles][2];
+      if constexpr (kGroups > 1) {
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              swf[b][mt][h] = sw_load(b, mt, h);
+      }
+      auto sw_of = [&](int b, int mt, int h) {
+        if constexpr (kGroups > 1) {
+          return swf[b][mt][h];
+        } else {
+          return sw_load(b, mt, h);
         }
       };
-      if (lb + 4 <= kbl) {
+      // Per group: 8 wgmma from zero, then the promotion; the next group's wgmmas are in flight
+      // while a group is promoted (two partial sets).
+      float d[2][4][kMTiles][4];
+      const uint8_t* bstage = bring + slot * kGroups * kBStageBytes;
+      auto issue_group = [&](int gi) {
+        const uint64_t desc0 = act_block_desc(bstage + gi * kBStageBytes);
+        fp8_sm90::wgmma_fence();
 #pragma unroll
         for (int b = 0; b < 4; ++b)
-          promote(b);
-      } else {  // the partial last stage: its blocks past k are not promoted
 #pragma unroll
-        for (int b = 0; b < 4; ++b)
-          if (lb + b < kbl) promote(b);
-      }
-    };
-    issue_group(0);
+          for (int mt = 0; mt < kMTiles; ++mt)
+            wgmma_rs_m64n8k32(d[gi & 1][b][mt], a[b][mt], desc0 + b * (256 >> 4));
+        fp8_sm90::wgmma_commit();
+      };
+      auto promote_group = [&](int gi) {
+        const uint8_t* sxp0 = sx + (8 * gi + 2 * t4) * kbl_max + lb;
+        const uint8_t* sxp1 = sxp0 + kbl_max;
+        auto sxp1_of = [&](int b) { return __uint_as_float(static_cast<uint32_t>(sxp1[b]) << 23); };
+        auto promote = [&](int b) {
+          const float sx0 = __uint_as_float(static_cast<uint32_t>(sxp0[b]) << 23);  // 2^(e_x-127)
 #pragma unroll
-    for (int gi = 0; gi < kGroups; ++gi) {
-      if (gi + 1 < kGroups) {
-        issue_group(gi + 1);
-        fp8_sm90::wgmma_wait<1>();
-      } else {
-        fp8_sm90::wgmma_wait<0>();
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            float* dd = d[gi & 1][b][mt];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              fp8_sm90::fence_regs(dd[i]);
+            const float sw0 = sw_of(b, mt, 0), sw1 = sw_of(b, mt, 1);
+            acc[gi][mt][0] = fmaf(dd[0] * sw0, sx0, acc[gi][mt][0]);
+            acc[gi][mt][2] = fmaf(dd[2] * sw1, sx0, acc[gi][mt][2]);
+            if constexpr (!kOne) {  // the odd tokens 2 t4 + 1
+              acc[gi][mt][1] = fmaf(dd[1] * sw0, sxp1_of(b), acc[gi][mt][1]);
+              acc[gi][mt][3] = fmaf(dd[3] * sw1, sxp1_of(b), acc[gi][mt][3]);
+            }
+          }
+        };
+        if (lb + 4 <= kbl) {
+#pragma unroll
+          for (int b = 0; b < 4; ++b)
+            promote(b);
+        } else {  // the partial last stage: its blocks past k are not promoted
+#pragma unroll
+          for (int b = 0; b < 4; ++b)
+            if (lb + b < kbl) promote(b);
+        }
+      };
+      issue_group(0);
+#pragma unroll
+      for (int gi = 0; gi < kGroups; ++gi) {
+        if (gi + 1 < kGroups) {
+          issue_group(gi + 1);
+          fp8_sm90::wgmma_wait<1>();
+        } else {
+          fp8_sm90::wgmma_wait<0>();
+        }
+        promote_group(gi);
       }
-      promote_group(gi);
+      __syncwarp();
+      if (s + kStages - 1 < nstages) {
+        issue_w(s + kStages - 1, next_slot);
+        issue_x(s + kStages - 1, next_slot);
+      }
+      cp_async_commit();
+      slot = slot == kStages - 1 ? 0 : slot + 1;
+      next_slot = next_slot == kStages - 1 ? 0 : next_slot + 1;
     }
-    __syncwarp();
-    if (s + kStages - 1 < nstages) issue(s + kStages - 1, next_slot);
-    cp_async_commit();
-    slot = slot == kStages - 1 ? 0 : slot + 1;
-    next_slot = next_slot == kStages - 1 ? 0 : next_slot + 1;
+  };
+  if (kGroups == 1 && tile.count == 1) {
+    stage_loop.template operator()<true>();
+  } else {
+    stage_loop.template operator()<false>();
   }
   cp_async_wait<0>();
 
