@@ -100,12 +100,12 @@ struct MoeExpertTilesParams {
 };
 
 // The routed experts' e2m1 codes on the GPU are tiled, not in the checkpoint's row-major [n, k / 2]
-// order (pack_fp4_expert_codes regroups them once, at upload): [n / 64][ceil(k / 128)][64 rows]
-// [64 bytes]. A tile is 64 rows x 128 columns, 4 KiB contiguous, and the K tiles of a row block
-// follow each other, so the expert GEMM's warps stream long sequential runs instead of 64-byte
-// pieces k / 2 bytes apart (DRAM row locality; docs/design/cuda_moe.md). The last K tile of a row
-// block is zero-padded when k % 128 != 0, and the last row block when n % 64 != 0. Scales keep
-// the checkpoint's [n, k / 32].
+// order (pack_fp4_expert_codes regroups and re-encodes them once, at upload): [n / 64][ceil(k /
+// 128)][64 rows] [64 bytes]. A tile is 64 rows x 128 columns, 4 KiB contiguous, and the K tiles of
+// a row block follow each other, so the expert GEMM's warps stream long sequential runs instead of
+// 64-byte pieces k / 2 bytes apart (DRAM row locality; docs/design/cuda_moe.md). The last K tile of
+// a row block is zero-padded when k % 128 != 0, and the last row block when n % 64 != 0. Scales
+// keep the checkpoint's [n, k / 32].
 inline constexpr int64_t kFp4TileRows = 64;
 inline constexpr int64_t kFp4TileCols = 128;
 inline constexpr int64_t kFp4TileRowBytes = kFp4TileCols / 2;
@@ -117,6 +117,31 @@ DI_HOST_DEVICE constexpr int64_t fp4_expert_k_tiles(int64_t k) {
 DI_HOST_DEVICE constexpr int64_t fp4_expert_codes_bytes(int64_t n, int64_t k) {
   return (n + kFp4TileRows - 1) / kFp4TileRows * fp4_expert_k_tiles(k) * kFp4TileBytes;
 }
+// The tiled codes also re-encode each byte (columns 2 b and 2 b + 1, checkpoint nibbles a = low,
+// b = high; an e2m1 nibble is sign, then magnitude bits E1 E0 M) so that the expert GEMM turns it
+// into e4m3 bytes (value * 2^-6: sign at bit 7, magnitude at bits 4..2) with five bit operations
+// per four bytes instead of seven: bit 7 a.sign, 6 b.E1, 5 b.sign, 4..2 a.E1 a.E0 a.M, 1..0 b.E0
+// b.M. Then a's e4m3 byte is the byte & 0x9C and b's is ((byte << 2) & 0x8C) | ((byte >> 2) &
+// 0x10), four bytes at a time in a 32-bit word.
+DI_HOST_DEVICE constexpr uint8_t fp4_expert_encode_byte(uint8_t c) {
+  const uint32_t a = c & 0xFu, b = c >> 4;
+  return static_cast<uint8_t>(((a & 8u) << 4) | ((a & 7u) << 2) | ((b & 4u) << 4) |
+                              ((b & 8u) << 2) | (b & 3u));
+}
+DI_HOST_DEVICE constexpr uint8_t fp4_expert_decode_byte(uint8_t s) {
+  const uint32_t a = ((s >> 4) & 8u) | ((s >> 2) & 7u);
+  const uint32_t b = ((s >> 2) & 8u) | ((s >> 4) & 4u) | (s & 3u);
+  return static_cast<uint8_t>(a | (b << 4));
+}
+// e4m3 bytes (value * 2^-6) of the even (low-nibble) / odd (high-nibble) elements of 4 encoded
+// bytes.
+DI_HOST_DEVICE constexpr uint32_t fp4_expert_even_e4m3(uint32_t x) {
+  return x & 0x9C9C9C9Cu;
+}
+DI_HOST_DEVICE constexpr uint32_t fp4_expert_odd_e4m3(uint32_t x) {
+  return ((x << 2) & 0x8C8C8C8Cu) | ((x >> 2) & 0x10101010u);
+}
+
 // Where the byte of columns (2 b, 2 b + 1) of `row` lies in the tiled codes.
 DI_HOST_DEVICE constexpr int64_t fp4_expert_code_offset(int64_t row, int64_t b, int64_t k) {
   return ((row / kFp4TileRows) * fp4_expert_k_tiles(k) + b / kFp4TileRowBytes) * kFp4TileBytes +

@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -21,6 +21,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "common/bf16.h"
 #include "common/error.h"
+#include "common/fp4.h"
 #include "common/fp8.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/quant.h"
@@ -657,6 +658,30 @@ TEST(MoeExpertLaunch, TileBoundsAndRegime) {
   EXPECT_THROW(moe_expert_tile_bound(kE, 6, 16), Error);
 }
 
+// The upload's byte encoding (run in CI): a bijection, and the GEMM's mask-and-shift conversion of
+// an encoded byte gives e4m3 bytes worth exactly 2^-6 times its checkpoint nibbles' e2m1 values,
+// in every byte lane of the 32-bit word.
+TEST(MoeExpertLaunch, EncodedCodesConvertToTheE2m1Values) {
+  std::vector<int> seen(256, 0);
+  for (int c = 0; c < 256; ++c) {
+    const auto byte = static_cast<uint8_t>(c);
+    const uint8_t enc = fp4_expert_encode_byte(byte);
+    ++seen[enc];
+    ASSERT_EQ(fp4_expert_decode_byte(enc), byte) << c;
+    for (int lane = 0; lane < 4; ++lane) {
+      // The other lanes all ones: nothing may leak across byte lanes.
+      const uint32_t word = (static_cast<uint32_t>(enc) << (8 * lane)) | ~(0xFFu << (8 * lane));
+      const auto even = static_cast<uint8_t>(fp4_expert_even_e4m3(word) >> (8 * lane));
+      const auto odd = static_cast<uint8_t>(fp4_expert_odd_e4m3(word) >> (8 * lane));
+      EXPECT_EQ(e4m3_to_float(even) * 64.0f, e2m1_to_float(static_cast<uint8_t>(c & 0xF)))
+          << "byte " << c << " lane " << lane;
+      EXPECT_EQ(e4m3_to_float(odd) * 64.0f, e2m1_to_float(static_cast<uint8_t>(c >> 4)))
+          << "byte " << c << " lane " << lane;
+    }
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 256);
+}
+
 // The tiled FP4 codes (host packing, run in CI): every checkpoint byte lands exactly once, a K
 // tile of a 64-row block is 4 KiB of consecutive memory whose 64-byte lines are its rows in order
 // (what the GEMM's cp.async addressing assumes), and the padding of partial tiles is zero.
@@ -682,7 +707,8 @@ TEST(MoeExpertLaunch, TiledCodesHoldEveryByteOnceInKTiles) {
         // line r % 64.
         const int64_t tile_base = ((r / 64) * tiles + b / 64) * 4096;
         ASSERT_EQ(o, tile_base + (r % 64) * 64 + b % 64);
-        ASSERT_EQ(out[static_cast<size_t>(o)], src[static_cast<size_t>(r * row_bytes + b)]);
+        ASSERT_EQ(fp4_expert_decode_byte(out[static_cast<size_t>(o)]),
+                  src[static_cast<size_t>(r * row_bytes + b)]);
       }
     int64_t padding = 0;
     for (size_t i = 0; i < out.size(); ++i) {

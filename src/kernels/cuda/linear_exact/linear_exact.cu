@@ -44,9 +44,9 @@ __device__ __forceinline__ float weight_value(const WeightView& v, int64_t row, 
     const auto* w16 = reinterpret_cast<const uint16_t*>(v.w);
     return __uint_as_float(static_cast<uint32_t>(w16[row * v.k + col]) << 16);
   }
-  const uint8_t byte =
-      v.w[v.format == ExactWeightFormat::kFp4ExpertTiled ? fp4_expert_code_offset(row, col / 2, v.k)
-                                                         : row * (v.k / 2) + col / 2];
+  const uint8_t byte = v.format == ExactWeightFormat::kFp4ExpertTiled
+                           ? fp4_expert_decode_byte(v.w[fp4_expert_code_offset(row, col / 2, v.k)])
+                           : v.w[row * (v.k / 2) + col / 2];
   const uint8_t nib =
       (col & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xF);
   const float s = e8m0_to_float(v.ws[row * (v.k / 32) + col / 32]);

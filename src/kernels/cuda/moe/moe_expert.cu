@@ -10,15 +10,16 @@
 //   the same copy groups bring the stage's activations (8 tokens
 //   x 4 blocks, gathered through pair_index for w1/w3, a quarter per warp) into a CTA ring, so
 //   nothing waits for a prologue. Hopper has no FP4 tensor cores; an e2m1 nibble becomes an e4m3
-//   byte with two shifts and masks: sign to bit 7, the three magnitude bits to bits 4..2 — that
-//   byte is the e2m1 value times 2^-6 exactly (normal and subnormal codes alike), and 2^6 goes
-//   into the scale. The even and odd nibbles of a byte land in different registers, so the
-//   tensor-core K order inside a 32-block is "even elements, then odd ones": the activations come
-//   in that order (moe_interleave_act / moe_swiglu_quant's interleaved output), which leaves every
-//   32-block's dot product unchanged. Per stage: 8 wgmma m64n8k32 e4m3 with the weights from
-//   registers and the activations from shared memory, each from zero (exact inputs), then
-//   promoted into the fp32 accumulators as (partial * 2^(e_w + 6)) * 2^(e_x) in ascending block
-//   order; the second half's sums are added to the first's through distributed shared memory.
+//   byte with sign at bit 7 and the three magnitude bits at bits 4..2 — that byte is the e2m1
+//   value times 2^-6 exactly (normal and subnormal codes alike), and 2^6 goes into the scale; the
+//   upload's bit order (fp4_expert_encode_byte) makes that one mask for the even nibbles and two
+//   shifts and masks for the odd ones. The even and odd nibbles of a byte land in different
+//   registers, so the tensor-core K order inside a 32-block is "even elements, then odd ones": the
+//   activations come in that order (moe_interleave_act / moe_swiglu_quant's interleaved output),
+//   which leaves every 32-block's dot product unchanged. Per stage: 8 wgmma m64n8k32 e4m3 with the
+//   weights from registers and the activations from shared memory, each from zero (exact inputs),
+//   then promoted into the fp32 accumulators as (partial * 2^(e_w + 6)) * 2^(e_x) in ascending
+//   block order; the second half's sums are added to the first's through distributed shared memory.
 //   Nothing depends on the other pairs of the tile (batch-invariant rows).
 // moe_expert_tiles: one CTA scans the per-expert pair counts (CUB block scan) into tiles.
 // moe_swiglu_quant: 8 lanes per 32-block; the CPU's element arithmetic, then act_quant.
@@ -71,14 +72,6 @@ __host__ __device__ constexpr int64_t gemm_smem_bytes(int64_t k, int groups) {
   const int64_t kbl_max = kBlocks * (((k / 32 + kBlocks - 1) / kBlocks + 1) / 2);
   return int64_t{kWarps} * kStages * kStageBytes + int64_t{kStages} * groups * kBStageBytes +
          (8 * groups + int64_t{kWarps} * kWarpRows) * kbl_max;
-}
-
-// e4m3 bytes (value * 2^-6) of the even / odd nibbles of 4 packed e2m1 pairs.
-__device__ __forceinline__ uint32_t e2m1_even_to_e4m3(uint32_t x) {
-  return ((x << 2) & 0x1C1C1C1Cu) | ((x << 4) & 0x80808080u);
-}
-__device__ __forceinline__ uint32_t e2m1_odd_to_e4m3(uint32_t x) {
-  return ((x >> 2) & 0x1C1C1C1Cu) | (x & 0x80808080u);
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_ptr) {
@@ -301,10 +294,10 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
           ldmatrix_x4(w, st + ring_offset(mt * 16 + lm_row, 2 * bp + lm_blk));
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            a[2 * bp + h][mt][0] = e2m1_even_to_e4m3(w[2 * h]);
-            a[2 * bp + h][mt][1] = e2m1_even_to_e4m3(w[2 * h + 1]);
-            a[2 * bp + h][mt][2] = e2m1_odd_to_e4m3(w[2 * h]);
-            a[2 * bp + h][mt][3] = e2m1_odd_to_e4m3(w[2 * h + 1]);
+            a[2 * bp + h][mt][0] = fp4_expert_even_e4m3(w[2 * h]);
+            a[2 * bp + h][mt][1] = fp4_expert_even_e4m3(w[2 * h + 1]);
+            a[2 * bp + h][mt][2] = fp4_expert_odd_e4m3(w[2 * h]);
+            a[2 * bp + h][mt][3] = fp4_expert_odd_e4m3(w[2 * h + 1]);
           }
         }
       }
