@@ -62,13 +62,14 @@ constexpr int kBins2 = 1024;  // bits 10..19, then bits 0..9
 constexpr int kListCap = 3840;
 constexpr int kListPer = 8;  // list entries per thread: kThreads * kListPer >= kListCap
 constexpr int kRowPer = 16;  // contiguous row elements per thread per chunk
-constexpr uint32_t kNegInfKey = 0x007FFFFFu;  // order_key(-inf)
-constexpr int kMaxCtasPerRow = 8;             // a portable cluster
-constexpr int32_t kSliceTarget = 16384;       // positions per CTA the plan aims at
-constexpr int32_t kSliceMax = 36864;          // positions per CTA at most (144 KiB of scores)
-constexpr int32_t kMinSlice = 2048;           // a row is cut only into slices at least this long
-constexpr int64_t kSlicedMinRatio = 16;       // the sliced kernel only for rows >= 16 k long
-constexpr int32_t kCachedMax = 73728;         // positions the cached kernel holds (2 B each)
+constexpr uint32_t kNegInfKey = 0x007FFFFFu;    // order_key(-inf)
+constexpr int kMaxCtasPerRow = 8;               // a portable cluster
+constexpr int32_t kSliceTarget = 16384;         // positions per CTA the plan aims at
+constexpr int32_t kSliceMax = 36864;            // positions per CTA at most (144 KiB of scores)
+constexpr int32_t kMinSlice = 2048;             // a row is cut only into slices at least this long
+constexpr int64_t kSlicedMinRatio = 16;         // the sliced kernel only for rows >= 16 k long
+constexpr int32_t kCachedMax = 73728;           // positions the cached kernel holds (2 B each)
+constexpr int64_t kCachedPrefetchWins = 57344;  // its prefetching variant wins at any row count
 constexpr uint32_t kNegInfKey16 = kNegInfKey >> 16;  // no finite value shares it (rows hold no NaN)
 static_assert(kThreads * kListPer >= kListCap);
 static_assert(kCachedMax % 32 == 0 && kRowPer == 16, "the cached kernel stores 16 keys a thread");
@@ -557,6 +558,9 @@ __device__ __forceinline__ uint32_t below_mask(int32_t w, int32_t lim) {
 }
 
 // grid = rows (one CTA per row); dynamic shared memory cached_smem_bytes(n).
+// kPrefetch: the row's chunks are read one ahead (64 registers instead of 40: the variant for
+// rows whose shared memory leaves no more CTAs a SM than those registers do; plan_topk).
+template <bool kPrefetch>
 __global__ void __launch_bounds__(kThreads) topk_cached_kernel(IndexerTopkParams p) {
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
@@ -579,7 +583,7 @@ __global__ void __launch_bounds__(kThreads) topk_cached_kernel(IndexerTopkParams
   __syncthreads();
   // The row's one read: the histogram and the 16-bit keys (16 positions a thread: 32 bytes).
   const RowSource rsrc{row, n};
-  for_each_chunk(rsrc, [&](const uint32_t(&key)[kRowPer], const int32_t(&idx)[kRowPer]) {
+  auto take = [&](const uint32_t(&key)[kRowPer], const int32_t(&idx)[kRowPer]) {
 #pragma unroll
     for (int e = 0; e < kRowPer; ++e)
       if (key[e] != kNegInfKey) atomicAdd(&sh.hist[key[e] >> 20], 1u);
@@ -593,7 +597,54 @@ __global__ void __launch_bounds__(kThreads) topk_cached_kernel(IndexerTopkParams
       dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
       dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
     }
-  });
+  };
+  // kPrefetch: whole chunks with the next one's loads in flight (one CTA a SM, whose 16 warps
+  // alone must keep the row streaming: 132 x 64K 26.1 -> 22.4 us); then the tail (else every
+  // chunk) through the source's bounds-checked load.
+  constexpr int32_t kStep = kThreads * kRowPer;
+  const int32_t full = kPrefetch ? n / kStep * kStep : 0;
+  int32_t base = 0;
+  if (kPrefetch && full > 0) {
+    float4 raw[2][kRowPer / 4];
+    auto fetch = [&](int32_t at, float4(&dst)[kRowPer / 4]) {
+      const float4* src = reinterpret_cast<const float4*>(row + at + tid * kRowPer);
+#pragma unroll
+      for (int v = 0; v < kRowPer / 4; ++v)
+        dst[v] = __ldg(src + v);
+    };
+    auto consume = [&](int32_t at, const float4(&src)[kRowPer / 4]) {
+      uint32_t key[kRowPer];
+      int32_t idx[kRowPer];
+#pragma unroll
+      for (int v = 0; v < kRowPer / 4; ++v) {
+        key[4 * v] = order_key(src[v].x);
+        key[4 * v + 1] = order_key(src[v].y);
+        key[4 * v + 2] = order_key(src[v].z);
+        key[4 * v + 3] = order_key(src[v].w);
+      }
+#pragma unroll
+      for (int e = 0; e < kRowPer; ++e)
+        idx[e] = at + tid * kRowPer + e;
+      take(key, idx);
+    };
+    fetch(0, raw[0]);
+    for (; base < full; base += 2 * kStep) {
+      if (base + kStep < full) fetch(base + kStep, raw[1]);
+      consume(base, raw[0]);
+      if (base + kStep >= full) {
+        base += kStep;
+        break;
+      }
+      if (base + 2 * kStep < full) fetch(base + 2 * kStep, raw[0]);
+      consume(base + kStep, raw[1]);
+    }
+  }
+  for (; base < n; base += kStep) {
+    uint32_t key[kRowPer];
+    int32_t idx[kRowPer];
+    rsrc.load(base, key, idx);
+    take(key, idx);
+  }
   __syncthreads();
   find_bin(sh, kBins1, static_cast<uint32_t>(k_eff));
   const uint32_t total = sh.found[2];
@@ -809,9 +860,27 @@ struct TopkPlan {
 // The cached kernel may take the shared memory of its longest row (the occupancy query counts
 // a launch above the function's allowance as not resident).
 void allow_cached_smem() {
-  DI_CUDA_CHECK(cudaFuncSetAttribute(topk_cached_kernel,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(cached_smem_bytes(kCachedMax))));
+  for (const auto kernel : {topk_cached_kernel<false>, topk_cached_kernel<true>}) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(cached_smem_bytes(kCachedMax))));
+  }
+}
+
+// CTAs a SM of the cached kernel for rows of n positions, and whether that is its prefetching
+// variant (chosen when its registers cost no residency).
+struct CachedFit {
+  int per_sm = 0;
+  bool prefetch = false;
+};
+CachedFit cached_fit(int64_t n) {
+  allow_cached_smem();
+  int plain = 0, prefetch = 0;
+  const size_t smem = cached_smem_bytes(n);
+  DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&plain, topk_cached_kernel<false>,
+                                                              kThreads, smem));
+  DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&prefetch, topk_cached_kernel<true>,
+                                                              kThreads, smem));
+  return prefetch >= plain ? CachedFit{prefetch, true} : CachedFit{plain, false};
 }
 
 TopkPlan plan_topk(const IndexerTopkParams& p, const char* op) {
@@ -849,18 +918,21 @@ TopkPlan plan_topk(const IndexerTopkParams& p, const char* op) {
       // and does not cost residency. Its shared memory (2 B a position + the 48 KiB of
       // TopkShared) caps it at fewer CTAs a SM than the whole-row kernel's registers allow from
       // ~16K positions up; with more waves than that the whole-row kernel's overlapped reads win
-      // (H200, k = 512: 1,024 x 64K 183 vs 197 us, 1,024 x 32K 102 vs 129 us), within one wave
-      // or at equal residency the single read wins (132 x 64K 26.0 vs 31.9 us, 2,048 x 8K 87 vs
-      // 95 us). Rows shorter than 16 k (the candidate pool) stay on the whole-row kernel.
+      // on shorter rows (H200, k = 512: 1,024 x 32K 103 vs 117 us), within one wave or at equal
+      // residency the single read wins (132 x 64K 22.4 vs 31.9 us, 2,048 x 8K 87 vs 95 us). Rows
+      // shorter than 16 k (the candidate pool) stay on the whole-row kernel.
+      // The prefetching variant at one CTA a SM beats the whole-row kernel's two from
+      // kCachedPrefetchWins positions up whatever the rows (1,024 rows: 64K 169 vs 183 us, 56K
+      // 160 vs 162; 48K 143 vs 141, 32K 117 vs 103).
       if (p.n > kCachedMax || p.n < kSlicedMinRatio * p.k) return TopkPlan{};
-      int per_sm_cached = 0, per_sm_whole = 0;
-      allow_cached_smem();
-      DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm_cached, topk_cached_kernel, kThreads, cached_smem_bytes(p.n)));
+      const CachedFit fit = cached_fit(p.n);
+      int per_sm_whole = 0;
       DI_CUDA_CHECK(
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_whole, topk_kernel, kThreads, 0));
-      const bool one_wave = p.rows <= static_cast<int64_t>(per_sm_cached) * sms;
-      return per_sm_cached > 0 && (one_wave || per_sm_cached >= per_sm_whole) ? cached : TopkPlan{};
+      const bool one_wave = p.rows <= static_cast<int64_t>(fit.per_sm) * sms;
+      const bool long_rows = fit.prefetch && p.n >= kCachedPrefetchWins;
+      return fit.per_sm > 0 && (one_wave || long_rows || fit.per_sm >= per_sm_whole) ? cached
+                                                                                     : TopkPlan{};
     }
   }
   TopkPlan plan;
@@ -884,9 +956,9 @@ void launch_topk(const IndexerTopkParams& p, cudaStream_t stream, const char* op
   }
   if (plan.ctas == -2) {
     const size_t smem = cached_smem_bytes(p.n);
-    allow_cached_smem();
-    cuda_detail::launch_pdl(topk_cached_kernel, static_cast<unsigned>(p.rows), kThreads, smem,
-                            stream, p);
+    const auto kernel =
+        cached_fit(p.n).prefetch ? topk_cached_kernel<true> : topk_cached_kernel<false>;
+    cuda_detail::launch_pdl(kernel, static_cast<unsigned>(p.rows), kThreads, smem, stream, p);
     DI_CUDA_CHECK(cudaGetLastError());
     return;
   }
