@@ -234,6 +234,22 @@ __device__ void find_bin(TopkShared& sh, int bins, uint32_t need) {
   __syncthreads();
 }
 
+// The first pass's result over the 12-bit histogram in sh.hist: the bin B1 of the k_eff-th
+// largest element, the count above it, its own count and the total (shared memory free again).
+struct FirstBin {
+  uint32_t b1, above1, hist_b1, total;
+};
+__device__ FirstBin first_bin(TopkShared& sh, int32_t k_eff) {
+  find_bin(sh, kBins1, static_cast<uint32_t>(k_eff));
+  FirstBin f;
+  f.total = sh.found[2];
+  f.b1 = sh.found[0];
+  f.above1 = sh.found[1];
+  f.hist_b1 = sh.hist[f.b1 & (kBins1 - 1)];
+  __syncthreads();
+  return f;
+}
+
 // Threshold key T and the number of elements equal to T to take, from the elements of bin B1,
 // of which need1 >= 1 are to be taken (need1 = k_eff - the count above B1).
 template <class Src>
@@ -334,11 +350,7 @@ __device__ void topk_row(TopkShared& sh, const float* row, int32_t n, int32_t vi
   if (k_eff <= 0) return;
   const RowSource rsrc{row, n};
   histogram(rsrc, sh.hist, kBins1, 0u, 0u, 20);
-  find_bin(sh, kBins1, static_cast<uint32_t>(k_eff));
-  const uint32_t total = sh.found[2];
-  const uint32_t b1 = sh.found[0], above1 = sh.found[1];
-  const uint32_t hist_b1 = sh.hist[b1 & (kBins1 - 1)];
-  __syncthreads();
+  const auto [b1, above1, hist_b1, total] = first_bin(sh, k_eff);
   if (total <= static_cast<uint32_t>(k_eff)) {  // every finite value is selected
     emit(rsrc, sh, true, 0u, 0u, visible, k_eff, out);
     return;
@@ -449,11 +461,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       sh.hist[tid + kThreads * e] = bins[e];
     __syncthreads();
   }
-  find_bin(sh, kBins1, static_cast<uint32_t>(k_eff));
-  const uint32_t total = sh.found[2];
-  const uint32_t b1 = sh.found[0], above1 = sh.found[1];
-  const uint32_t hist_b1 = sh.hist[b1 & (kBins1 - 1)];
-  __syncthreads();
+  const auto [b1, above1, hist_b1, total] = first_bin(sh, k_eff);
   // Every finite value is selected (at most k_eff <= kListCap of them), or the candidates at or
   // above B1 fit the list: each CTA compacts its own, CTA 0 appends the others' in rank order.
   const bool take_all = total <= static_cast<uint32_t>(k_eff);
@@ -646,11 +654,7 @@ __global__ void __launch_bounds__(kThreads) topk_cached_kernel(IndexerTopkParams
     take(key, idx);
   }
   __syncthreads();
-  find_bin(sh, kBins1, static_cast<uint32_t>(k_eff));
-  const uint32_t total = sh.found[2];
-  const uint32_t b1 = sh.found[0], above1 = sh.found[1];
-  const uint32_t hist_b1 = sh.hist[b1 & (kBins1 - 1)];
-  __syncthreads();
+  const auto [b1, above1, hist_b1, total] = first_bin(sh, k_eff);
   const bool take_all = total <= static_cast<uint32_t>(k_eff);  // every finite value
   const uint32_t need1 = static_cast<uint32_t>(k_eff) - above1;
   if (!take_all && above1 + hist_b1 > static_cast<uint32_t>(kListCap)) {
