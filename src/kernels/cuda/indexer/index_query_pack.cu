@@ -42,9 +42,12 @@ __global__ void __launch_bounds__(kThreads)
   const float t = __fmul_rn(fmaxf(amax, 6.0f * 0x1p-126f), 1.0f / 6.0f);
   const uint32_t u = __float_as_uint(t);
   const uint32_t byte = (u >> 23) + ((u & 0x7FFFFFu) != 0 ? 1u : 0u);
-  const float s = __uint_as_float(byte << 23);  // byte in [1, 254]: a normal power of two
-  const auto code = [s](float x) {
-    return e2m1_from_float(fminf(fmaxf(__fdiv_rn(x, s), -6.0f), 6.0f));
+  // x / s with s = 2^(byte - 127), byte in [1, 254], is x * 2^(127 - byte): that power of two
+  // is exact in fp32 (2^-127 as a subnormal), so the product is the same exact quotient rounded
+  // once — the division's result bit for bit, without the division's instruction sequence.
+  const float inv_s = byte == 254u ? 0x1p-127f : __uint_as_float((254u - byte) << 23);
+  const auto code = [inv_s](float x) {
+    return e2m1_from_float(fminf(fmaxf(__fmul_rn(x, inv_s), -6.0f), 6.0f));
   };
   uint8_t* out = p.out + head_row * index_key_bytes(p.dim);
 #pragma unroll
