@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -374,6 +375,121 @@ TEST(SamplerErrors, NanRowGivesStatus) {
   EXPECT_EQ(status[0], static_cast<int32_t>(SamplerStatus::kNaN));
   EXPECT_EQ(download<int64_t>(tok, 1, stream.get())[0], -1);
   EXPECT_THROW(check_sampler_status(status), std::exception);
+}
+
+// Greedy rows without lists or logprobs take the sliced argmax (sampler_greedy_kernel): its
+// edge cases against the sequential argmax of the CPU sampler, in one launch with rows that take
+// the full path. Ties across slices (lowest id), -0.0 == +0.0, +inf, a NaN, all -inf, a tiny
+// vocabulary with empty slices.
+TEST(SamplerGreedy, SlicedArgmaxIsTheSequentialOne) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const int64_t vocab : {kSamplerVocab, int64_t{5}, int64_t{33}}) {
+    std::vector<std::vector<float>> rows;
+    std::vector<SamplingParams> params;
+    auto base = [&](uint64_t seed) {
+      std::vector<float> v = make_logits(Shape::kPeaked, seed);
+      v.resize(static_cast<size_t>(vocab));
+      return v;
+    };
+    rows.push_back(base(1));  // plain
+    params.push_back(with(0.0));
+    auto tie = base(2);  // the maximum twice, far apart (different slices when vocab is large)
+    std::fill(tie.begin(), tie.end(), -1.0f);
+    tie[static_cast<size_t>(vocab - 1)] = 9.0f;
+    tie[static_cast<size_t>(vocab / 3)] = 9.0f;
+    rows.push_back(tie);
+    params.push_back(with(0.0));
+    auto zeros = tie;  // -0.0 before +0.0 and +0.0 before -0.0: the lower id either way
+    std::fill(zeros.begin(), zeros.end(), -1.0f);
+    zeros[1] = -0.0f;
+    zeros[3] = 0.0f;
+    rows.push_back(zeros);
+    params.push_back(with(0.0));
+    std::swap(zeros[1], zeros[3]);
+    rows.push_back(zeros);
+    params.push_back(with(0.0));
+    auto infs = base(3);
+    infs[static_cast<size_t>(vocab - 1)] = inf;
+    infs[static_cast<size_t>(vocab / 2)] = inf;
+    rows.push_back(infs);
+    params.push_back(with(0.0));
+    rows.push_back(base(4));  // full path in the same launch: sampled, and greedy with logprobs
+    params.push_back(with(1.0));
+    rows.push_back(base(5));
+    params.push_back(with(0.0));
+    params.back().logprobs = 2;
+    auto nan = base(6);
+    nan[static_cast<size_t>(vocab - 2)] = std::nanf("");
+    rows.push_back(nan);
+    params.push_back(with(0.0));
+    rows.push_back(std::vector<float>(static_cast<size_t>(vocab), -inf));
+    params.push_back(with(0.0));
+
+    const auto n = static_cast<int64_t>(rows.size());
+    std::vector<float> logits;
+    std::vector<int64_t> ids, want_tok;
+    std::vector<int32_t> want_status;
+    std::vector<SamplerRowParams> rps;
+    SamplerScratch scratch;
+    for (int64_t r = 0; r < n; ++r) {
+      const auto& row = rows[static_cast<size_t>(r)];
+      logits.insert(logits.end(), row.begin(), row.end());
+      SamplerRow cpu_row;
+      cpu_row.logits = row;
+      cpu_row.seed = 11 + static_cast<uint64_t>(r);
+      cpu_row.position = 5;
+      const bool nan_row = r == n - 2, masked_row = r == n - 1;
+      if (nan_row || masked_row) {  // the CPU throws; the GPU reports the status
+        EXPECT_THROW(sample_row(params[static_cast<size_t>(r)], cpu_row, scratch), Error);
+        want_tok.push_back(-1);
+        want_status.push_back(
+            static_cast<int32_t>(nan_row ? SamplerStatus::kNaN : SamplerStatus::kAllMasked));
+      } else {
+        want_tok.push_back(sample_row(params[static_cast<size_t>(r)], cpu_row, scratch).token_id);
+        want_status.push_back(0);
+      }
+      rps.push_back(make_sampler_row(params[static_cast<size_t>(r)], cpu_row.seed, 5, {}, {}, {},
+                                     false, vocab, ids));
+    }
+    EXPECT_EQ(want_tok[1], vocab / 3);
+    EXPECT_EQ(want_tok[2], 1);
+    EXPECT_EQ(want_tok[3], 1);
+    EXPECT_EQ(want_tok[4], vocab / 2);
+    ids.push_back(0);  // keep the ids buffer non-empty
+    const DeviceBuffer ld = upload(logits, stream.get());
+    const DeviceBuffer rd = upload(rps, stream.get());
+    const DeviceBuffer idd = upload(ids, stream.get());
+    DeviceBuffer ws(sampler_workspace_bytes(n, vocab), "ws");
+    ws.fill_async(0xFF, stream.get());
+    DeviceBuffer tok = poisoned<int64_t>(static_cast<size_t>(n), stream.get());
+    DeviceBuffer st = poisoned<int32_t>(static_cast<size_t>(n), stream.get());
+    DeviceBuffer top_ids =
+        poisoned<int64_t>(static_cast<size_t>(n * kSamplerMaxLogprobs), stream.get());
+    DeviceBuffer top_lp =
+        poisoned<double>(static_cast<size_t>(n * kSamplerMaxLogprobs), stream.get());
+    DeviceBuffer tok_lp = poisoned<double>(static_cast<size_t>(n), stream.get());
+    DeviceBuffer tok_rank = poisoned<int64_t>(static_cast<size_t>(n), stream.get());
+    SamplerParams p;
+    p.logits = ld.as<float>();
+    p.row_params = rd.as<SamplerRowParams>();
+    p.ids = idd.as<int64_t>();
+    p.rows = n;
+    p.vocab = vocab;
+    p.workspace = ws.data();
+    p.tokens = tok.as<int64_t>();
+    p.status = st.as<int32_t>();
+    p.top_ids = top_ids.as<int64_t>();
+    p.top_logprobs = top_lp.as<double>();
+    p.token_logprob = tok_lp.as<double>();
+    p.token_rank = tok_rank.as<int64_t>();
+    sample_rows(p, stream.get());
+    EXPECT_EQ(download<int64_t>(tok, static_cast<size_t>(n), stream.get()), want_tok)
+        << "vocab " << vocab;
+    EXPECT_EQ(download<int32_t>(st, static_cast<size_t>(n), stream.get()), want_status)
+        << "vocab " << vocab;
+  }
 }
 
 }  // namespace

@@ -13,6 +13,12 @@
 //      independent of summation order
 //   5. the exponential race argmax exp(d) / -log(u) over the kept tokens, u from Philox
 //   6. logprobs of the raw logits: log-sum-exp in double (fixed tree order), top-N by radix select
+// Greedy rows without penalty lists, suppression or logprobs (every decode row of greedy
+// generation) skip the phases: sampler_greedy_kernel spreads the row's argmax over kGreedySlices
+// CTAs reading the raw logits (one CTA per row had to copy 129K logits and pass over them again:
+// ~80 us at batch 1), each writing its slice's best as a 64-bit key; the row's sampler_kernel
+// CTA then takes the maximum of those keys. The key orders (value, lower id) exactly as the
+// sequential argmax does (-0.0 counted as +0.0), with an all-ones key for a slice holding a NaN.
 // Shared-memory histograms aggregate the lanes of a warp that hit one bin (__match_any_sync), so
 // the skewed first radix levels (most tokens share the top bits of z) do not serialise atomics.
 //
@@ -43,6 +49,34 @@ using u128 = unsigned __int128;
 
 int64_t padded_vocab(int64_t vocab) {
   return (vocab + 63) / 64 * 64;
+}
+
+constexpr int kGreedySlices = 32;
+constexpr int kGreedyThreads = 256;
+constexpr unsigned long long kGreedyNaN = ~0ull;  // a slice's key when it holds a NaN
+
+// Bytes of the processed-logit, count and flag arrays; the greedy keys [rows][kGreedySlices]
+// follow them.
+size_t sampler_arrays_bytes(int64_t rows, int64_t vocab) {
+  return static_cast<size_t>(rows) * static_cast<size_t>(padded_vocab(vocab)) * 12;
+}
+
+// The rows sampler_greedy_kernel decides: greedy, nothing to penalise or suppress, no logprobs.
+__host__ __device__ __forceinline__ bool greedy_fast(const SamplerRowParams& rp) {
+  return rp.greedy != 0 && rp.scaled == 0 && rp.logprobs < 0 && rp.prompt_begin == rp.prompt_end &&
+         rp.output_begin == rp.output_end && rp.suppress_begin == rp.suppress_end;
+}
+
+// (value, id) as one key whose unsigned order is the argmax order: larger value, then lower id.
+// Non-NaN v only; -0.0 and +0.0 compare equal as in the sequential argmax.
+__device__ __forceinline__ unsigned long long greedy_key(float v, int id) {
+  uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
+  b = (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);
+  return (static_cast<unsigned long long>(b) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(id));
+}
+__device__ __forceinline__ float greedy_value(unsigned long long key) {
+  const auto b = static_cast<uint32_t>(key >> 32);
+  return __uint_as_float((b & 0x80000000u) != 0 ? (b & 0x7FFFFFFFu) : ~b);
 }
 
 struct Smem {
@@ -349,12 +383,68 @@ __device__ SamplerStatus row_logprobs(const SamplerParams& p, int64_t row, const
   return SamplerStatus::kOk;
 }
 
+// grid (rows, kGreedySlices): slice `blockIdx.y` of a greedy_fast row's raw logits -> the best
+// key of the slice (kGreedyNaN when it holds a NaN) in keys[row][slice]. Other rows: nothing.
+__global__ void __launch_bounds__(kGreedyThreads)
+    sampler_greedy_kernel(SamplerParams p, int64_t logits_stride, unsigned long long* keys) {
+  const int64_t row = blockIdx.x;
+  if (!greedy_fast(p.row_params[row])) return;
+  const int vocab = static_cast<int>(p.vocab);
+  const float* raw =
+      p.logits + (p.logits_rows != nullptr ? p.logits_rows[row] : row) * logits_stride;
+  const int per = (vocab + kGreedySlices - 1) / kGreedySlices;
+  const int begin = static_cast<int>(blockIdx.y) * per, end = min(vocab, begin + per);
+  unsigned long long best = 0;  // below every key of a real element
+  bool nan = false;
+  for (int i = begin + static_cast<int>(threadIdx.x); i < end; i += kGreedyThreads) {
+    const float v = raw[i];
+    if (isnan(v)) {
+      nan = true;
+    } else {
+      best = max(best, greedy_key(v, i));
+    }
+  }
+  if (nan) best = kGreedyNaN;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+    best = max(best, __shfl_xor_sync(0xffffffffu, best, off));
+  __shared__ unsigned long long warp_best[kGreedyThreads / 32];
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  if (lane == 0) warp_best[warp] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kGreedyThreads / 32; ++w)
+      best = max(best, warp_best[w]);
+    keys[row * kGreedySlices + blockIdx.y] = best;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
-    sampler_kernel(SamplerParams p, int64_t logits_stride, int64_t padded) {
+    sampler_kernel(SamplerParams p, int64_t logits_stride, int64_t padded,
+                   const unsigned long long* greedy_keys) {
   __shared__ Smem sh;
   const int64_t row = blockIdx.x;
   const int tid = static_cast<int>(threadIdx.x);
   const SamplerRowParams rp = p.row_params[row];
+  if (greedy_fast(rp)) {  // sampler_greedy_kernel's slices: their maximum is the argmax
+    if (tid < 32) {
+      unsigned long long k = tid < kGreedySlices ? greedy_keys[row * kGreedySlices + tid] : 0ull;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1)
+        k = max(k, __shfl_xor_sync(0xffffffffu, k, off));
+      if (tid == 0) {
+        const bool all_masked = k == 0ull || greedy_value(k) == kNegInf;
+        const SamplerStatus st = k == kGreedyNaN ? SamplerStatus::kNaN
+                                 : all_masked    ? SamplerStatus::kAllMasked
+                                                 : SamplerStatus::kOk;
+        p.tokens[row] = st == SamplerStatus::kOk
+                            ? static_cast<int64_t>(0xFFFFFFFFu - static_cast<uint32_t>(k))
+                            : -1;
+        p.status[row] = static_cast<int32_t>(st);
+      }
+    }
+    return;
+  }
   const int vocab = static_cast<int>(p.vocab);
   const float* raw =
       p.logits + (p.logits_rows != nullptr ? p.logits_rows[row] : row) * logits_stride;
@@ -526,7 +616,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 size_t sampler_workspace_bytes(int64_t rows, int64_t vocab) {
   DI_CHECK(rows >= 0 && vocab > 0, "sampler_workspace_bytes: bad shape [rows {}, vocab {}]", rows,
            vocab);
-  return static_cast<size_t>(rows) * static_cast<size_t>(padded_vocab(vocab)) * 12;
+  return sampler_arrays_bytes(rows, vocab) +
+         static_cast<size_t>(rows) * kGreedySlices * sizeof(unsigned long long);
 }
 
 SamplerRowParams make_sampler_row(const deepinfer::SamplingParams& params, uint64_t seed,
@@ -594,8 +685,13 @@ void sample_rows(const SamplerParams& p, cudaStream_t stream) {
   DI_CHECK(reinterpret_cast<uintptr_t>(p.workspace) % 256 == 0,
            "sample_rows: workspace must be 256-byte aligned ({} bytes for {} rows x {})",
            sampler_workspace_bytes(p.rows, p.vocab), p.rows, p.vocab);
-  sampler_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p, stride,
-                                                                         padded_vocab(p.vocab));
+  auto* keys = reinterpret_cast<unsigned long long*>(static_cast<unsigned char*>(p.workspace) +
+                                                     sampler_arrays_bytes(p.rows, p.vocab));
+  sampler_greedy_kernel<<<dim3(static_cast<unsigned>(p.rows), kGreedySlices), kGreedyThreads, 0,
+                          stream>>>(p, stride, keys);
+  DI_CUDA_CHECK(cudaGetLastError());
+  sampler_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(
+      p, stride, padded_vocab(p.vocab), keys);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 

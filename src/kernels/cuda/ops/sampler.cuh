@@ -22,7 +22,8 @@
 namespace di {
 
 // Bytes of SamplerParams::workspace for `rows` rows of `vocab` logits (processed logits, output
-// counts and penalty flags: 12 bytes per token and row).
+// counts and penalty flags: 12 bytes per token and row; then 256 bytes a row for the greedy
+// argmax's slice keys).
 size_t sampler_workspace_bytes(int64_t rows, int64_t vocab);
 
 // The kernel's view of one row (sampler.h's SamplerRow): appends prompt_ids, output_ids and, when
