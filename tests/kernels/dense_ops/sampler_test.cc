@@ -92,6 +92,40 @@ std::vector<Case> cases() {
   return c;
 }
 
+// One sample_rows call on uploaded rows: a workspace filled with 0xFF (the sampler must not rely
+// on a clean one) and poisoned outputs, launched by the constructor.
+struct SamplerRun {
+  DeviceBuffer ld, rd, idd, ws, tok, st, top_ids, top_lp, tok_lp, tok_rank;
+  SamplerRun(const std::vector<float>& logits, const std::vector<SamplerRowParams>& rps,
+             const std::vector<int64_t>& ids, int64_t rows, int64_t vocab, cudaStream_t s)
+      : ld(upload(logits, s, "logits")),
+        rd(upload(rps, s, "row params")),
+        idd(upload(ids, s, "ids")),
+        ws(sampler_workspace_bytes(rows, vocab), "sampler workspace"),
+        tok(poisoned<int64_t>(static_cast<size_t>(rows), s)),
+        st(poisoned<int32_t>(static_cast<size_t>(rows), s)),
+        top_ids(poisoned<int64_t>(static_cast<size_t>(rows * kSamplerMaxLogprobs), s)),
+        top_lp(poisoned<double>(static_cast<size_t>(rows * kSamplerMaxLogprobs), s)),
+        tok_lp(poisoned<double>(static_cast<size_t>(rows), s)),
+        tok_rank(poisoned<int64_t>(static_cast<size_t>(rows), s)) {
+    ws.fill_async(0xFF, s);
+    SamplerParams p;
+    p.logits = ld.as<float>();
+    p.row_params = rd.as<SamplerRowParams>();
+    p.ids = idd.as<int64_t>();
+    p.rows = rows;
+    p.vocab = vocab;
+    p.workspace = ws.data();
+    p.tokens = tok.as<int64_t>();
+    p.status = st.as<int32_t>();
+    p.top_ids = top_ids.as<int64_t>();
+    p.top_logprobs = top_lp.as<double>();
+    p.token_logprob = tok_lp.as<double>();
+    p.token_rank = tok_rank.as<int64_t>();
+    sample_rows(p, s);
+  }
+};
+
 class SamplerParityTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override { DI_REQUIRE_GPU(); }
@@ -139,33 +173,9 @@ TEST_P(SamplerParityTest, TokensMatchCpu) {
                                    cpu_row.suppress_stop_tokens, kSamplerVocab, ids));
   }
 
-  const DeviceBuffer ld = upload(logits, stream.get(), "logits");
-  const DeviceBuffer rd = upload(rps, stream.get(), "row params");
-  const DeviceBuffer idd = upload(ids, stream.get(), "ids");
-  DeviceBuffer ws(sampler_workspace_bytes(rows, kSamplerVocab), "sampler workspace");
-  ws.fill_async(0xFF, stream.get());  // the sampler must not rely on a clean workspace
-  DeviceBuffer tok = poisoned<int64_t>(static_cast<size_t>(rows), stream.get());
-  DeviceBuffer st = poisoned<int32_t>(static_cast<size_t>(rows), stream.get());
-  DeviceBuffer top_ids =
-      poisoned<int64_t>(static_cast<size_t>(rows * kSamplerMaxLogprobs), stream.get());
-  DeviceBuffer top_lp =
-      poisoned<double>(static_cast<size_t>(rows * kSamplerMaxLogprobs), stream.get());
-  DeviceBuffer tok_lp = poisoned<double>(static_cast<size_t>(rows), stream.get());
-  DeviceBuffer tok_rank = poisoned<int64_t>(static_cast<size_t>(rows), stream.get());
-  SamplerParams p;
-  p.logits = ld.as<float>();
-  p.row_params = rd.as<SamplerRowParams>();
-  p.ids = idd.as<int64_t>();
-  p.rows = rows;
-  p.vocab = kSamplerVocab;
-  p.workspace = ws.data();
-  p.tokens = tok.as<int64_t>();
-  p.status = st.as<int32_t>();
-  p.top_ids = top_ids.as<int64_t>();
-  p.top_logprobs = top_lp.as<double>();
-  p.token_logprob = tok_lp.as<double>();
-  p.token_rank = tok_rank.as<int64_t>();
-  sample_rows(p, stream.get());
+  SamplerRun run(logits, rps, ids, rows, kSamplerVocab, stream.get());
+  const DeviceBuffer &tok = run.tok, &st = run.st, &top_ids = run.top_ids, &top_lp = run.top_lp;
+  const DeviceBuffer &tok_lp = run.tok_lp, &tok_rank = run.tok_rank;
   const auto got = download<int64_t>(tok, static_cast<size_t>(rows), stream.get());
   const auto status = download<int32_t>(st, static_cast<size_t>(rows), stream.get());
   EXPECT_NO_THROW(check_sampler_status(status));
@@ -458,33 +468,8 @@ TEST(SamplerGreedy, SlicedArgmaxIsTheSequentialOne) {
     EXPECT_EQ(want_tok[3], 1);
     EXPECT_EQ(want_tok[4], vocab / 2);
     ids.push_back(0);  // keep the ids buffer non-empty
-    const DeviceBuffer ld = upload(logits, stream.get());
-    const DeviceBuffer rd = upload(rps, stream.get());
-    const DeviceBuffer idd = upload(ids, stream.get());
-    DeviceBuffer ws(sampler_workspace_bytes(n, vocab), "ws");
-    ws.fill_async(0xFF, stream.get());
-    DeviceBuffer tok = poisoned<int64_t>(static_cast<size_t>(n), stream.get());
-    DeviceBuffer st = poisoned<int32_t>(static_cast<size_t>(n), stream.get());
-    DeviceBuffer top_ids =
-        poisoned<int64_t>(static_cast<size_t>(n * kSamplerMaxLogprobs), stream.get());
-    DeviceBuffer top_lp =
-        poisoned<double>(static_cast<size_t>(n * kSamplerMaxLogprobs), stream.get());
-    DeviceBuffer tok_lp = poisoned<double>(static_cast<size_t>(n), stream.get());
-    DeviceBuffer tok_rank = poisoned<int64_t>(static_cast<size_t>(n), stream.get());
-    SamplerParams p;
-    p.logits = ld.as<float>();
-    p.row_params = rd.as<SamplerRowParams>();
-    p.ids = idd.as<int64_t>();
-    p.rows = n;
-    p.vocab = vocab;
-    p.workspace = ws.data();
-    p.tokens = tok.as<int64_t>();
-    p.status = st.as<int32_t>();
-    p.top_ids = top_ids.as<int64_t>();
-    p.top_logprobs = top_lp.as<double>();
-    p.token_logprob = tok_lp.as<double>();
-    p.token_rank = tok_rank.as<int64_t>();
-    sample_rows(p, stream.get());
+    const SamplerRun run(logits, rps, ids, n, vocab, stream.get());
+    const DeviceBuffer &tok = run.tok, &st = run.st;
     EXPECT_EQ(download<int64_t>(tok, static_cast<size_t>(n), stream.get()), want_tok)
         << "vocab " << vocab;
     EXPECT_EQ(download<int32_t>(st, static_cast<size_t>(n), stream.get()), want_status)
