@@ -32,10 +32,11 @@
 // fallback): one CTA per row reads the row from global memory for the histogram and for the
 // compaction (or, with many ties, for every pass).
 //
-// Cached kernel (many rows up to 73,728 positions where it keeps the residency: plan_topk): one
-// CTA per row reads the row once, keeping a 16-bit key per position in shared memory; the
-// threshold bin's positions are listed and their full keys re-read; emission from a per-row
-// position bitmap.
+// Cached kernel (many rows up to 73,728 positions where it keeps the residency, or from ~56K
+// positions at any row count: plan_topk): one CTA per row reads the row once (its prefetching
+// variant one chunk ahead), keeping a 16-bit key per position in shared memory; the threshold
+// bin's positions are listed and their full keys re-read; emission from a per-row position
+// bitmap.
 //
 // Candidate pool: block max over the row (with the newest visible block pinned to +inf) into the
 // workspace, the same top-k over the block scores (k = topk_blocks; -inf blocks drop out like
