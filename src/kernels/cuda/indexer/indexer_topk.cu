@@ -860,6 +860,7 @@ void check_topk(const IndexerTopkParams& p, const char* op) {
 struct TopkPlan {
   int ctas = 0;
   int32_t slice = 0;
+  bool prefetch = false;  // ctas == -2: the cached kernel's prefetching variant
 };
 
 // The cached kernel may take the shared memory of its longest row (the occupancy query counts
@@ -891,11 +892,10 @@ CachedFit cached_fit(int64_t n) {
 TopkPlan plan_topk(const IndexerTopkParams& p, const char* op) {
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   if (p.ctas_per_row == -1) return TopkPlan{};  // the whole-row kernel
-  const TopkPlan cached{-2, 0};
   if (p.ctas_per_row == -2) {
     DI_CHECK(p.n <= kCachedMax, "{}: ctas_per_row -2 holds at most {} positions, n = {}", op,
              kCachedMax, p.n);
-    return cached;
+    return TopkPlan{-2, 0, cached_fit(p.n).prefetch};
   }
   int64_t want = p.ctas_per_row;
   if (want == 0) {
@@ -936,8 +936,9 @@ TopkPlan plan_topk(const IndexerTopkParams& p, const char* op) {
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_whole, topk_kernel, kThreads, 0));
       const bool one_wave = p.rows <= static_cast<int64_t>(fit.per_sm) * sms;
       const bool long_rows = fit.prefetch && p.n >= kCachedPrefetchWins;
-      return fit.per_sm > 0 && (one_wave || long_rows || fit.per_sm >= per_sm_whole) ? cached
-                                                                                     : TopkPlan{};
+      return fit.per_sm > 0 && (one_wave || long_rows || fit.per_sm >= per_sm_whole)
+                 ? TopkPlan{-2, 0, fit.prefetch}
+                 : TopkPlan{};
     }
   }
   TopkPlan plan;
@@ -961,8 +962,7 @@ void launch_topk(const IndexerTopkParams& p, cudaStream_t stream, const char* op
   }
   if (plan.ctas == -2) {
     const size_t smem = cached_smem_bytes(p.n);
-    const auto kernel =
-        cached_fit(p.n).prefetch ? topk_cached_kernel<true> : topk_cached_kernel<false>;
+    const auto kernel = plan.prefetch ? topk_cached_kernel<true> : topk_cached_kernel<false>;
     cuda_detail::launch_pdl(kernel, static_cast<unsigned>(p.rows), kThreads, smem, stream, p);
     DI_CUDA_CHECK(cudaGetLastError());
     return;
