@@ -163,7 +163,6 @@ __global__ void __launch_bounds__(kThreads, kTokens == kSmallTokens ? 3 : (kF32 
   const int64_t k0 = int64_t{rank} * slice;       // the CTA's first K column
   const int64_t wrow0 = row0 + warp * kWarpRows;  // the warp's first row in its group
   const int wrows = static_cast<int>(max(int64_t{0}, min(int64_t{kWarpRows}, R - wrow0)));
-  const int mtiles = wrows / 16;  // R % 32 == 0
   uint8_t* ring = smem + warp * (kStages * kStageBytes);
   uint16_t* act_hi = reinterpret_cast<uint16_t*>(smem + kRingRegion);  // [kTokens][slice]
   uint16_t* act_lo = act_hi + kTokens * slice;                         // fp32 storage only
@@ -239,9 +238,17 @@ __global__ void __launch_bounds__(kThreads, kTokens == kSmallTokens ? 3 : (kF32 
   __syncthreads();
 
   float acc[kMTiles][kNTiles][4] = {};
-  if (wrows > 0) {
+  // Every scale block of the warp's rows in this slice inside the fast range (warp vote; lanes
+  // past the slice's columns hold the neutral 127).
+  const bool all_fast =
+      __all_sync(0xFFFFFFFFu, sc[0] >= kFastScaleMin && sc[0] <= kFastScaleMax &&
+                                  sc[1] >= kFastScaleMin && sc[1] <= kFastScaleMax);
+  // The stage loop; kAllFast: no block takes the exact slow path (every real checkpoint), kNT > 0:
+  // that many n8 tiles of tokens, known at compile time. (R % 32 == 0, so a warp with rows has
+  // both of its m16 tiles.)
+  auto stage_loop = [&]<bool kAllFast, int kNT>() {
     const uint16_t* bh = act_hi + g * slice + 8 * t;  // + act_offset's swap: st ^ (g & 1)
-    const uint16_t* bl = act_lo + g * slice + 8 * t;
+    [[maybe_unused]] const uint16_t* bl = act_lo + g * slice + 8 * t;  // fp32 storage
     for (int st = 0; st < nst; ++st) {
       cp_async_wait<kStages - 2>();
       __syncwarp();  // every lane's copies of stage st landed; every lane is done with st - 1
@@ -264,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, kTokens == kSmallTokens ? 3 : (kF32 
         const uint2 wg8 =
             *reinterpret_cast<const uint2*>(slot + (mt * 16 + g + 8) * kStageK + 8 * t);
         const uint32_t s = mt < 2 ? s_lo : s_hi;
-        fast[mt] = s >= kFastScaleMin && s <= kFastScaleMax;
+        fast[mt] = kAllFast || (s >= kFastScaleMin && s <= kFastScaleMax);
         sf[mt] = e8m0_to_float(s);
         // bf16x2 {2^(s-15), 2^(s-15)} (fast), or {2^112, 2^112}
         const uint32_t mult = fast[mt] ? ((s + 112u) << 7) * 0x10001u : kUnscaled;
@@ -282,34 +289,61 @@ __global__ void __launch_bounds__(kThreads, kTokens == kSmallTokens ? 3 : (kF32 
       // block outside the fast range goes through a partial from zero and one fp32 fma.
       const int boff = kStageK * (st ^ (g & 1));
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-        if (nt >= ntiles) break;
+      for (int nt = 0; nt < (kNT > 0 ? kNT : kNTiles); ++nt) {
+        if (kNT == 0 && nt >= ntiles) break;
         const uint4 bhi = *reinterpret_cast<const uint4*>(bh + nt * 8 * slice + boff);
         uint4 blo = make_uint4(0u, 0u, 0u, 0u);
         if constexpr (kF32) blo = *reinterpret_cast<const uint4*>(bl + nt * 8 * slice + boff);
+        if constexpr (kAllFast) {
+          // K step outer, m16 tile inner: consecutive MMAs into different accumulators (each
+          // accumulator still takes ks 0 then 1, hi then lo: the same sums).
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          if (mt >= mtiles) break;
-          const auto k_steps = [&](float(&d)[4]) {
+          for (int ks = 0; ks < 2; ++ks) {
 #pragma unroll
-            for (int ks = 0; ks < 2; ++ks) {
-              mma_bf16(d, a[mt][ks], ks == 0 ? bhi.x : bhi.z, ks == 0 ? bhi.y : bhi.w);
+            for (int mt = 0; mt < kMTiles; ++mt) {
+              mma_bf16(acc[mt][nt], a[mt][ks], ks == 0 ? bhi.x : bhi.z, ks == 0 ? bhi.y : bhi.w);
               if constexpr (kF32) {
-                mma_bf16(d, a[mt][ks], ks == 0 ? blo.x : blo.z, ks == 0 ? blo.y : blo.w);
+                mma_bf16(acc[mt][nt], a[mt][ks], ks == 0 ? blo.x : blo.z, ks == 0 ? blo.y : blo.w);
               }
             }
-          };
-          if (fast[mt]) {  // warp-uniform
-            k_steps(acc[mt][nt]);
-          } else {
-            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            k_steps(part);
+          }
+        } else {
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
-              acc[mt][nt][i] = fmaf(part[i], sf[mt], acc[mt][nt][i]);
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            const auto k_steps = [&](float(&d)[4]) {
+#pragma unroll
+              for (int ks = 0; ks < 2; ++ks) {
+                mma_bf16(d, a[mt][ks], ks == 0 ? bhi.x : bhi.z, ks == 0 ? bhi.y : bhi.w);
+                if constexpr (kF32) {
+                  mma_bf16(d, a[mt][ks], ks == 0 ? blo.x : blo.z, ks == 0 ? blo.y : blo.w);
+                }
+              }
+            };
+            if (fast[mt]) {  // warp-uniform
+              k_steps(acc[mt][nt]);
+            } else {
+              float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              k_steps(part);
+#pragma unroll
+              for (int i = 0; i < 4; ++i)
+                acc[mt][nt][i] = fmaf(part[i], sf[mt], acc[mt][nt][i]);
+            }
           }
         }
       }
+    }
+  };
+  if (wrows > 0) {
+    if (!all_fast) {
+      stage_loop.template operator()<false, 0>();
+    } else if constexpr (kTokens == kSmallTokens) {
+      if (ntiles == 1) {
+        stage_loop.template operator()<true, 1>();
+      } else {
+        stage_loop.template operator()<true, kNTiles>();
+      }
+    } else {
+      stage_loop.template operator()<true, 0>();
     }
   }
   cp_async_wait<0>();
