@@ -273,8 +273,13 @@ class CudaModel final : public ForwardModel {
   void forward_step(Step& step, std::span<const SequenceChunk> chunks, ForwardResult& res);
   void block_forward(int64_t i, const Step& step, Shared& shared);
   void attention(int64_t i, const Step& step, Shared& shared);
-  // xn: the attention input in the activation precision (for the bf16-weight GEMMs).
-  void indexer(int64_t i, const Step& step, Shared& shared, const void* xn);
+  // The indexer's per-head weights (xn . idx_weights_proj, scaled) into "index.w": they need
+  // only xn, so attention() runs them on its KV branch. xn: the attention input in the
+  // activation precision (for the bf16-weight GEMM).
+  void index_weights(int64_t i, int64_t rows, const void* xn);
+  // The indexer from the quantised qr and index_weights' output. join_kv: wait for the side
+  // branch (index keys, weights) just before the scoring, after the query projection.
+  void indexer(int64_t i, const Step& step, Shared& shared, bool join_kv);
   void compress(int64_t i, const Step& step, const void* xn);
   void moe(int64_t i, int64_t rows);
   // SwiGLU (clamped at the config's limit) of gu [pairs, 2 * inter] with act_quant into the
@@ -330,7 +335,7 @@ class CudaModel final : public ForwardModel {
   // expert), and the stream the launch helpers use (stream_ except between fork_side() and
   // end_side()).
   Stream side_;
-  Event fork_, join_;
+  Event fork_, join_, join_q_;
   cudaStream_t ls_ = nullptr;
   // Side branches run only when no op is timed, synchronised or traced on the main stream.
   bool side_ok() const { return !cuda_.time_ops && !sync_check_ && tracer_ == nullptr; }
@@ -340,6 +345,10 @@ class CudaModel final : public ForwardModel {
   // the side branch (call it where the branch's results are first read).
   void end_side();
   void join_side();
+  // The same for a second branch forked after end_side(), joined separately (`done` records
+  // the branch's end).
+  void end_side(Event& done);
+  void join_side(const Event& done);
   WeightPool pool_;
   std::vector<DevBlock> blocks_;
   const uint16_t* embed_ = nullptr;
@@ -628,12 +637,20 @@ void CudaModel::fork_side() {
 }
 
 void CudaModel::end_side() {
-  join_.record(side_.get());
-  ls_ = stream_.get();
+  end_side(join_);
 }
 
 void CudaModel::join_side() {
-  DI_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), join_.get(), 0));
+  join_side(join_);
+}
+
+void CudaModel::end_side(Event& done) {
+  done.record(side_.get());
+  ls_ = stream_.get();
+}
+
+void CudaModel::join_side(const Event& done) {
+  DI_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), done.get(), 0));
 }
 
 void* CudaModel::buf(const std::string& name, size_t bytes) {
@@ -1314,7 +1331,15 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   //   after the attention: a prefill chunk's rows would overwrite slots its own queries read);
   //   and the compressor (full layers), which appends to the compressed cache and the index keys;
   // - queries: wq_a, q_norm (+ act_quant, shared with the indexer's wq_b), wq_b, RoPE.
-  // The indexer reads both (joined before it).
+  // The indexer reads both: its query projection runs after q_norm on the main stream while the
+  // attention's wq_b + RoPE run on the side stream behind the KV branch (joined before the
+  // attention), and its per-head weights on the KV branch (joined before the scoring).
+  int64_t compress_len = 0;
+  bool run_indexer = false;
+  if (p.compress_ratio > 0) {
+    compress_len = step.max_entries(p.compress_ratio);  // the longest sequence's
+    run_indexer = (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex) && compress_len > 0;
+  }
   const bool fork = side_ok();
   if (fork) fork_side();
   void* kv = act("kv", S * hd);
@@ -1345,6 +1370,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   after("swa_write");
   const void* xn = act("xn", S * cfg_.hidden_size);
   if (p.compress_ratio > 0 && p.mode == AttnMode::kFull) compress(i, step, xn);
+  if (run_indexer) index_weights(i, S, xn);
   if (fork) end_side();
 
   void* qr = act("qr", S * cfg_.q_lora_rank);
@@ -1353,20 +1379,23 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   norm_quant(qr, S, cfg_.q_lora_rank, w.q_norm, qrn, buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
              buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock));
   if (qrn != nullptr) trace_act(i, "attn.qr", qrn, {S, cfg_.q_lora_rank});
+  // wq_b + RoPE beside the indexer (which reads qr's codes too, not q).
+  const bool q_side = fork && run_indexer;
+  if (q_side) fork_side();
   void* q = act("q", S * H * hd);
   gemm_q(buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
          buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock), S, w.wq_b, q);
   rope(q, S, H, hd, freqs, false);
-  if (fork) join_side();
+  if (q_side) end_side(join_q_);
   trace_act(i, "attn.q", q, {S, H, hd});
 
-  int64_t compress_len = 0;
-  if (p.compress_ratio > 0) {
-    compress_len = step.max_entries(p.compress_ratio);  // the longest sequence's
-    if (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex) {
-      shared.topk_width = 0;
-      if (compress_len > 0) indexer(i, step, shared, xn);
-    }
+  if (p.compress_ratio > 0 && (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex))
+    shared.topk_width = 0;
+  if (run_indexer) indexer(i, step, shared, /*join_kv=*/fork);
+  if (q_side) {
+    join_side(join_q_);  // q (the KV branch was joined in the indexer)
+  } else if (fork) {
+    join_side();
   }
 
   SparseAttnParams ap;
@@ -1538,7 +1567,25 @@ void CudaModel::compress(int64_t i, const Step& step, const void* xn) {
     step.seqs[static_cast<size_t>(b)].st->last_index_publisher = i;
 }
 
-void CudaModel::indexer(int64_t i, const Step& step, Shared& shared, const void* xn) {
+void CudaModel::index_weights(int64_t i, int64_t S, const void* xn) {
+  const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const int64_t IH = cfg_.index_n_heads, IHD = cfg_.index_head_dim;
+  float* weights = buf<float>("index.w", S * IH);
+  gemv_bf16(xn, S, w.idx_weights_proj, weights);
+  // bf16 precision: the projection is a bf16 activation in the reference, and so is its product
+  // with the scalar (both roundings in the one launch).
+  ScaleParams sp;
+  sp.x = weights;
+  sp.n = S * IH;
+  sp.s = static_cast<float>(std::pow(static_cast<double>(IHD), -0.5) *
+                            std::pow(static_cast<double>(IH), -0.5));
+  sp.round_bf16 = act_ == ActPrecision::kBF16;
+  scale_values(sp, ls_);
+  after("scale_values");
+  trace_dev(i, "index.weights", weights, {S, IH});
+}
+
+void CudaModel::indexer(int64_t i, const Step& step, Shared& shared, bool join_kv) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
   const LayerPlan& p = host_.blocks[static_cast<size_t>(i)].plan;
   const int64_t ratio = p.compress_ratio;
@@ -1559,19 +1606,7 @@ void CudaModel::indexer(int64_t i, const Step& step, Shared& shared, const void*
   qp.precision = act_;
   index_query_pack(qp, stream_.get());
   after("index_query_pack");
-  float* weights = buf<float>("index.w", S * IH);
-  gemv_bf16(xn, S, w.idx_weights_proj, weights);
-  // bf16 precision: the projection is a bf16 activation in the reference, and so is its product
-  // with the scalar (both roundings in the one launch).
-  ScaleParams sp;
-  sp.x = weights;
-  sp.n = S * IH;
-  sp.s = static_cast<float>(std::pow(static_cast<double>(IHD), -0.5) *
-                            std::pow(static_cast<double>(IH), -0.5));
-  sp.round_bf16 = act_ == ActPrecision::kBF16;
-  scale_values(sp, stream_.get());
-  after("scale_values");
-  trace_dev(i, "index.weights", weights, {S, IH});
+  const float* weights = buf<float>("index.w", S * IH);
 
   // Whose keys: the owner's own (intended) or, per sequence, the last published slot (shipped
   // quirk; then table batch row b lists the pages of sequence b's last publisher).
@@ -1605,6 +1640,7 @@ void CudaModel::indexer(int64_t i, const Step& step, Shared& shared, const void*
   const int32_t* row_visible = upload<int32_t>("index.visible", visible);
   const int64_t stride = static_cast<int64_t>(round_up(static_cast<size_t>(visible_total), 4));
   float* scores = buf<float>("index.scores", S * stride);
+  if (join_kv) join_side();  // the index keys and weights of the KV branch
   IndexerScoreParams sc;
   sc.q = qp.out;
   sc.weights = weights;
