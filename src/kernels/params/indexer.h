@@ -59,12 +59,21 @@ inline constexpr int kIndexerGenericMaxFloats = 8192;  // shared q floats of the
 // models 8 x 64).
 struct IndexQueryPackParams {
   const void* q = nullptr;  // [rows, heads, dim] fp32 or bf16 (precision), RoPE already applied
+                            // unless rope_dim > 0
   uint8_t* out = nullptr;   // [rows, heads, index_key_bytes(dim)]
   int64_t rows = 0;
   int32_t heads = kIndexHeads;
   int32_t dim = kIndexDim;
   ActPrecision precision = ActPrecision::kF32;
+  // rope_dim > 0 (even, <= min(dim, kIndexPackMaxRope)): each head's last rope_dim values are
+  // rotated first as apply_rope does (positions [rows], rope_freqs [rope_dim / 2]) and rounded to
+  // the activation precision: bitwise apply_rope followed by the packing, without its launch.
+  // q itself is not written.
+  const int64_t* positions = nullptr;
+  const float* rope_freqs = nullptr;
+  int32_t rope_dim = 0;
 };
+inline constexpr int kIndexPackMaxRope = 512;
 
 // Top-k of every row: out[r, 0 .. min(k, n)) = cpu::select_topk(scores[r], n, visible[r], k).
 // Rows must not hold NaN.

@@ -40,6 +40,7 @@ inline constexpr int kAttnGenericMaxTopk = 2048;
 
 struct SparseAttnParams {
   const void* q = nullptr;  // [rows, heads, head_dim] fp32 or bf16 (precision), RoPE applied
+                            // (or not yet: q_rope)
   void* out = nullptr;      // [rows, heads, head_dim] same precision
   int64_t rows = 0;
   ActPrecision precision = ActPrecision::kF32;
@@ -77,6 +78,10 @@ struct SparseAttnParams {
   float scale = 0.0f;                 // softmax scale (head_dim^-1/2)
   const float* rope_freqs = nullptr;  // [rope_dim / 2] fp32: inverse RoPE of the output tail
   int32_t rope_dim = 64;
+  // true: q holds the heads before their RoPE, and the kernel rotates each head's tail as it
+  // reads q (apply_rope's arithmetic and its rounding to the activation precision: bitwise
+  // apply_rope followed by this op, without the launch; q itself is not written).
+  bool q_rope = false;
   // true: the fp32 CUDA-core kernel (sparse_attention_generic.cu) at any dims, also 64 x 512:
   // scores, softmax and the weighted sum all in fp32 (~1e-7 of the CPU reference, where the
   // tensor-core kernel's hi + lo bf16 operands give ~1e-5). The fp32 forward's exact mode uses it

@@ -1379,15 +1379,19 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   norm_quant(qr, S, cfg_.q_lora_rank, w.q_norm, qrn, buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
              buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock));
   if (qrn != nullptr) trace_act(i, "attn.qr", qrn, {S, cfg_.q_lora_rank});
-  // wq_b + RoPE beside the indexer (which reads qr's codes too, not q).
+  // wq_b beside the indexer (which reads qr's codes too, not q). q's RoPE is applied by the
+  // attention kernel as it reads q, unless q is traced (the trace holds q after its RoPE).
   const bool q_side = fork && run_indexer;
+  const bool rope_in_attention = tracer_ == nullptr;
   if (q_side) fork_side();
   void* q = act("q", S * H * hd);
   gemm_q(buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
          buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock), S, w.wq_b, q);
-  rope(q, S, H, hd, freqs, false);
+  if (!rope_in_attention) {
+    rope(q, S, H, hd, freqs, false);
+    trace_act(i, "attn.q", q, {S, H, hd});
+  }
   if (q_side) end_side(join_q_);
-  trace_act(i, "attn.q", q, {S, H, hd});
 
   if (p.compress_ratio > 0 && (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex))
     shared.topk_width = 0;
@@ -1423,6 +1427,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   ap.scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
   ap.rope_freqs = freqs;
   ap.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
+  ap.q_rope = rope_in_attention;
   ap.heads = static_cast<int32_t>(H);
   ap.head_dim = static_cast<int32_t>(hd);
   ap.fp32_reference = exact_;
@@ -1596,9 +1601,11 @@ void CudaModel::indexer(int64_t i, const Step& step, Shared& shared, bool join_k
   void* qi = act("index.q", S * IH * IHD);
   gemm_q(buf<uint8_t>("qrq", S * cfg_.q_lora_rank),
          buf<uint8_t>("qrs", S * cfg_.q_lora_rank / kActBlock), S, w.idx_wq_b, qi);
-  rope(qi, S, IH, IHD, freqs_for(i), false);
-  IndexQueryPackParams qp;
+  IndexQueryPackParams qp;  // with the RoPE of qi's tails
   qp.q = qi;
+  qp.positions = buf<int64_t>("positions", S);
+  qp.rope_freqs = freqs_for(i);
+  qp.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
   qp.out = buf<uint8_t>("index.qp", S * IH * key_bytes_);
   qp.rows = S;
   qp.heads = static_cast<int32_t>(IH);

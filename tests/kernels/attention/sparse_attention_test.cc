@@ -29,6 +29,7 @@
 #include "kernels/cpu/kv_pack.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/sparse_attn.h"
+#include "kernels/cuda/ops/rope.cuh"
 #include "tests_support/error_of.h"
 
 namespace di {
@@ -97,12 +98,17 @@ struct Case {
   int window = kWindow;  // sliding window (<= 128); the rings hold kWindow slots each
   // Per-row positions (prefill rows of one sequence); empty: a row is at its sequence's pos.
   std::vector<int64_t> row_pos;
+  bool fp32_reference = false;  // SparseAttnParams::fp32_reference (the generic kernel)
+  // Also: q taken as the heads before RoPE, attended with q_rope (fused) and after apply_rope
+  // (separate launch), both outputs' bytes kept.
+  bool q_rope_check = false;
 };
 
 struct Result {
   std::vector<float> gpu;  // [rows, 64, 512] as fp32
   std::vector<double> ref;
-  std::vector<float> single;  // the single_row launch, fp32
+  std::vector<float> single;             // the single_row launch, fp32
+  std::vector<uint8_t> fused, separate;  // q_rope_check: the two outputs' bytes
 };
 
 // Runs one case on the GPU and the CPU reference; a row is at its sequence's position unless
@@ -258,8 +264,36 @@ Result run_case(const Case& c) {
   p.sink = d_sink.as<float>();
   p.scale = static_cast<float>(scale);
   p.rope_freqs = d_freqs.as<float>();
+  p.fp32_reference = c.fp32_reference;
   sparse_attention(p, st);
   DI_CUDA_CHECK(cudaStreamSynchronize(st));
+  if (c.q_rope_check) {
+    const size_t out_bytes = static_cast<size_t>(rows) * kH * kD * esz;
+    DeviceBuffer d_fused = poisoned<uint8_t>(out_bytes, st);
+    DeviceBuffer d_sep = poisoned<uint8_t>(out_bytes, st);
+    SparseAttnParams f = p;
+    f.q_rope = true;
+    f.out = d_fused.data();
+    sparse_attention(f, st);
+    DeviceBuffer d_roped =
+        c.precision == ActPrecision::kF32 ? upload(q, st) : upload(dense_test::to_bf16(q), st);
+    RopeApplyParams rp;
+    rp.x = d_roped.data();
+    rp.positions = d_pos.as<int64_t>();
+    rp.freqs = d_freqs.as<float>();
+    rp.rows = rows;
+    rp.heads = kH;
+    rp.head_dim = kD;
+    rp.rope_dim = 64;
+    rp.precision = c.precision;
+    apply_rope(rp, st);
+    SparseAttnParams sep = p;
+    sep.q = d_roped.data();
+    sep.out = d_sep.data();
+    sparse_attention(sep, st);
+    res.fused = download<uint8_t>(d_fused, out_bytes, st);
+    res.separate = download<uint8_t>(d_sep, out_bytes, st);
+  }
   if (c.precision == ActPrecision::kF32) {
     res.gpu = download<float>(d_out, static_cast<size_t>(rows) * kH * kD, st);
   } else {
@@ -385,6 +419,34 @@ TEST(SparseAttentionGpu, RowIsBatchInvariant) {
                           static_cast<size_t>(kH) * kD * sizeof(float)),
               0)
         << "row " << r;
+  }
+}
+
+TEST(SparseAttentionGpu, QRopeIsApplyRopeThenAttention) {
+  DI_REQUIRE_GPU();
+  // RoPE of q fused into the kernel's q load: bitwise apply_rope followed by the attention, for
+  // both storages, in the tensor-core kernel and in the generic one (fp32_reference).
+  for (const ActPrecision prec : {ActPrecision::kF32, ActPrecision::kBF16}) {
+    for (const bool generic : {false, true}) {
+      Case c = decode_case(prec, 43);
+      c.fp32_reference = generic;
+      c.q_rope_check = true;
+      const Result res = run_case(c);
+      ASSERT_EQ(res.fused.size(), res.separate.size());
+      EXPECT_EQ(res.fused, res.separate)
+          << (prec == ActPrecision::kF32 ? "fp32" : "bf16") << (generic ? " generic" : "");
+      // And RoPE changed something: the rotated and unrotated q give different outputs.
+      const size_t n = res.gpu.size();
+      std::vector<float> fused(n);
+      if (prec == ActPrecision::kF32) {
+        std::memcpy(fused.data(), res.fused.data(), n * sizeof(float));
+      } else {
+        std::vector<uint16_t> b(n);
+        std::memcpy(b.data(), res.fused.data(), n * sizeof(uint16_t));
+        fused = dense_test::from_bf16(b);
+      }
+      EXPECT_NE(fused, res.gpu);
+    }
   }
 }
 

@@ -21,7 +21,9 @@
 #include "kernels/cpu/indexer.h"
 #include "kernels/cpu/kv_pack.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cuda/indexer/indexer.cuh"
+#include "kernels/cuda/ops/rope.cuh"
 #include "kernels/dense_ops/dense_ops_test_util.h"
 
 namespace di::indexer_generic_test {
@@ -297,6 +299,70 @@ TEST(IndexerGeneric, QueryPackBytesMatchCpuPacker) {
   }
 }
 
+// index_query_pack with the RoPE of the heads' tails (rope_dim > 0): bytes identical to
+// apply_rope followed by the packing, for fp32 and bf16 storage, at positions up to 64K.
+TEST(IndexerGeneric, QueryPackWithRopeIsApplyRopeThenPack) {
+  DI_REQUIRE_GPU();
+  for (const Width wd : {Width{kIndexHeads, kIndexDim}, Width{8, 64}}) {
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(testing::Message() << wd.heads << " x " << wd.dim << (bf16 ? " bf16" : " fp32"));
+      Stream stream;
+      const cudaStream_t st = stream.get();
+      const std::vector<int64_t> positions = {0, 1, 2, 77, 4095, 40000, 65535};
+      const auto rows = static_cast<int64_t>(positions.size());
+      const int rope_dim = wd.dim / 2;
+      const auto freqs = cpu::rope_frequencies<float>({rope_dim, 160000.0, 65536, 16.0, 32.0, 1.0});
+      const size_t n = static_cast<size_t>(rows * wd.heads * wd.dim);
+      std::mt19937_64 rng(321 + static_cast<uint64_t>(wd.dim));
+      std::vector<float> x;
+      while (x.size() < n) {
+        const auto r = random_row(rng, wd.dim, 4);
+        x.insert(x.end(), r.begin(), r.end());
+      }
+      const auto up = [&] { return bf16 ? upload(to_bf16(x), st) : upload(x, st); };
+      const DeviceBuffer x_fused = up();
+      DeviceBuffer x_roped = up();
+      const DeviceBuffer pos_dev = upload(positions, st), freqs_dev = upload(freqs, st);
+      const ActPrecision prec = bf16 ? ActPrecision::kBF16 : ActPrecision::kF32;
+      const size_t out_bytes = static_cast<size_t>(rows * wd.heads * index_key_bytes(wd.dim));
+      DeviceBuffer fused = poisoned<uint8_t>(out_bytes, st), sep = poisoned<uint8_t>(out_bytes, st);
+      IndexQueryPackParams p;
+      p.q = x_fused.data();
+      p.out = fused.as<uint8_t>();
+      p.rows = rows;
+      p.heads = wd.heads;
+      p.dim = wd.dim;
+      p.precision = prec;
+      p.positions = pos_dev.as<int64_t>();
+      p.rope_freqs = freqs_dev.as<float>();
+      p.rope_dim = rope_dim;
+      index_query_pack(p, st);
+
+      RopeApplyParams rp;
+      rp.x = x_roped.data();
+      rp.positions = pos_dev.as<int64_t>();
+      rp.freqs = freqs_dev.as<float>();
+      rp.rows = rows;
+      rp.heads = wd.heads;
+      rp.head_dim = wd.dim;
+      rp.rope_dim = rope_dim;
+      rp.precision = prec;
+      apply_rope(rp, st);
+      IndexQueryPackParams q = p;
+      q.q = x_roped.data();
+      q.out = sep.as<uint8_t>();
+      q.rope_dim = 0;
+      index_query_pack(q, st);
+      const auto got = download<uint8_t>(fused, out_bytes, st);
+      const auto want = download<uint8_t>(sep, out_bytes, st);
+      EXPECT_EQ(got, want);
+      // The input itself is left as it was: the fused pack does not write q.
+      const size_t esz = bf16 ? 2 : 4;
+      EXPECT_EQ(download<uint8_t>(x_fused, n * esz, st), download<uint8_t>(up(), n * esz, st));
+    }
+  }
+}
+
 TEST(IndexerGeneric, LaunchersRejectBadWidths) {
   alignas(16) static uint8_t bytes[256] = {};
   alignas(16) static float floats[64] = {};
@@ -340,6 +406,11 @@ TEST(IndexerGeneric, LaunchersRejectBadWidths) {
   q.heads = 0;
   EXPECT_THROW(index_query_pack(q, nullptr), Error);
   q.heads = 8;
+  q.rope_dim = 31;  // odd
+  EXPECT_THROW(index_query_pack(q, nullptr), Error);
+  q.rope_dim = 32;  // no positions / frequencies
+  EXPECT_THROW(index_query_pack(q, nullptr), Error);
+  q.rope_dim = 0;
   q.q = nullptr;
   EXPECT_THROW(index_query_pack(q, nullptr), Error);
   q.rows = 0;  // nothing to do: returns before any launch

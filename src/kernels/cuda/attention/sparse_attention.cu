@@ -56,7 +56,8 @@ struct Smem {
   static constexpr int kP = 2 * 4 * kPBytes * (kF32 ? 2 : 1);  // [parity][group][hi, lo]
   static constexpr int kRed = 2 * 2 * 4 * 2 * 16 * 4;          // [max, sum][parity][g][side][16]
   static constexpr int kPtr = kChunk * 8;                      // entry addresses
-  static constexpr int kBytes = kQ + kQLo + kKv + kP + kRed + kPtr + 16 + 2 * 8;
+  static constexpr int kRope = 2 * 32 * 4;                     // [32] cos, [32] sin of pos
+  static constexpr int kBytes = kQ + kQLo + kKv + kP + kRed + kPtr + 16 + 2 * 8 + kRope;
 };
 
 // Byte offset of 16-byte chunk c of row r in a 1024-byte-row tile, XOR-swizzled over the 8 chunks
@@ -254,6 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint8_t** s_ptr = reinterpret_cast<const uint8_t**>(s_red + L::kRed / 4);
   int* s_tiles = reinterpret_cast<int*>(s_ptr + kChunk);        // [4] entry bit masks per tile
   uint64_t* s_full = reinterpret_cast<uint64_t*>(s_tiles + 4);  // [2] KV buffer b holds its tile
+  float* s_rope = reinterpret_cast<float*>(s_full + 2);         // [32] cos, [32] sin
 
   const int row = blockIdx.x;
   const int chunk = blockIdx.y;
@@ -261,6 +263,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t seq = p.seq[row];
   const int64_t pos = p.pos[row];
 
+  // The row's RoPE table (rope_dim 64): q's tail (q_rope) and the output's inverse rotation.
+  if (tid < 32) {
+    const float2 cs = ops_detail::rope_cos_sin(pos, p.rope_freqs[tid]);
+    s_rope[tid] = cs.x;
+    s_rope[32 + tid] = cs.y;
+  }
   __syncthreads();
   if (tid == kThreads - 1) {
     fp8_sm90::mbar_init(&s_full[0], kThreads / 32);  // one arrival per warp
@@ -291,7 +299,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid % 32 == 0) s_tiles[tid / kTile] = static_cast<int>(valid);
   }
 
-  // Q rows into shared memory as bf16 (hi) and, in fp32 precision, the bf16 residual (lo).
+  // Q rows into shared memory as bf16 (hi) and, in fp32 precision, the bf16 residual (lo);
+  // q_rope: each head's tail rotated first, as apply_rope does (rounded to the storage as it
+  // stores).
   {
     const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(row) * kHeads * kDim;
     // 16 chunks of 8 values per thread, loaded 4 at a time before any is used (the loads are
@@ -309,6 +319,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < 4; ++j) {
         const int c = tid + kThreads * (b + j);
         const int h = c / (kDim / 8), ch = c % (kDim / 8);
+        if (p.q_rope && ch >= (kDim - 64) / 8) {
+          const int i0 = 4 * (ch - (kDim - 64) / 8);  // the chunk's first pair of the tail
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 r = ops_detail::rope_rotate(v[j][2 * i], v[j][2 * i + 1], s_rope[i0 + i],
+                                                     s_rope[32 + i0 + i]);
+            v[j][2 * i] = ops_detail::round_to_storage<T>(r.x);
+            v[j][2 * i + 1] = ops_detail::round_to_storage<T>(r.y);
+          }
+        }
         uint32_t hi[4], lo[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -564,8 +584,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   float* s_o = reinterpret_cast<float*>(smem);
-  float* s_ml = s_red;               // [64][2]
-  float* s_cs = s_red + 2 * kHeads;  // [32] cos, then [32] -sin of the output RoPE
+  float* s_ml = s_red;  // [64][2]
 #pragma unroll
   for (int nt = 0; nt < 32; ++nt) {
     const int col = 256 * side + 8 * nt + 2 * (lane % 4);
@@ -583,13 +602,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       s_ml[2 * h] = m_run[r];
       s_ml[2 * h + 1] = l_run[r];
     }
-  }
-  if (tid < p.rope_dim / 2) {
-    const float angle = __fmul_rn(static_cast<float>(pos), p.rope_freqs[tid]);
-    double sn = 0, cs = 0;
-    sincos(static_cast<double>(angle), &sn, &cs);
-    s_cs[tid] = static_cast<float>(cs);
-    s_cs[32 + tid] = -static_cast<float>(sn);  // inverse rotation
   }
   cluster.sync();
 
@@ -651,15 +663,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     acc.y *= inv;
     acc.z *= inv;
     acc.w *= inv;
-    if (d >= tail0) {
+    if (d >= tail0) {  // the inverse rotation
       const int i0 = (d - tail0) / 2;
-      const float c0 = s_cs[i0], s0 = s_cs[32 + i0], c1 = s_cs[i0 + 1], s1 = s_cs[33 + i0];
-      float a = acc.x, b = acc.y;
-      acc.x = __fsub_rn(__fmul_rn(a, c0), __fmul_rn(b, s0));
-      acc.y = __fadd_rn(__fmul_rn(a, s0), __fmul_rn(b, c0));
-      a = acc.z, b = acc.w;
-      acc.z = __fsub_rn(__fmul_rn(a, c1), __fmul_rn(b, s1));
-      acc.w = __fadd_rn(__fmul_rn(a, s1), __fmul_rn(b, c1));
+      const float2 r0 = ops_detail::rope_rotate(acc.x, acc.y, s_rope[i0], -s_rope[32 + i0]);
+      const float2 r1 = ops_detail::rope_rotate(acc.z, acc.w, s_rope[i0 + 1], -s_rope[33 + i0]);
+      acc = make_float4(r0.x, r0.y, r1.x, r1.y);
     }
     store4(out + h * kDim + d, acc);
   }

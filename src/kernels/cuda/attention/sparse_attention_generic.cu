@@ -125,9 +125,20 @@ __global__ void __launch_bounds__(kThreads) sparse_attn_generic_kernel(const Spa
 
   for (int e = tid; e < n; e += kThreads)
     s_ptr[e] = entry_address(p, row, seq, pos, e);
+  // q_rope: the tail pairs rotated as apply_rope does (and rounded to the storage as it stores).
   const T* q = static_cast<const T*>(p.q) + qo;
-  for (int d = tid; d < dim; d += kThreads)
-    s_q[d] = to_float(q[d]);
+  const int tail0 = dim - p.rope_dim;
+  for (int d = 2 * tid; d < dim; d += 2 * kThreads) {
+    float a = to_float(q[d]), b = to_float(q[d + 1]);
+    if (p.q_rope && d >= tail0) {
+      const float2 cs = ops_detail::rope_cos_sin(pos, p.rope_freqs[(d - tail0) / 2]);
+      const float2 r = ops_detail::rope_rotate(a, b, cs.x, cs.y);
+      a = ops_detail::round_to_storage<T>(r.x);
+      b = ops_detail::round_to_storage<T>(r.y);
+    }
+    s_q[d] = a;
+    s_q[d + 1] = b;
+  }
   __syncthreads();
 
   // Scores in the log2 domain; -inf for masked entries (a warp-uniform branch).
@@ -187,23 +198,16 @@ __global__ void __launch_bounds__(kThreads) sparse_attn_generic_kernel(const Spa
   const float inv = mx == -INFINITY ? 0.0f : 1.0f / (sum + exp2f(p.sink[h] * kLog2e - mx));
 
   T* out = static_cast<T*>(p.out) + qo;
-  const int tail0 = dim - p.rope_dim;
 #pragma unroll
   for (int i = 0; i < kMaxPairs; ++i) {
     const int d = 2 * (tid + kThreads * i);
     if (d >= dim) break;
     float a = o[i].x * inv, b = o[i].y * inv;
-    if (d >= tail0) {
-      // Inverse rotation by the angle pos * freq (fp32 product, sincos in double, as the
-      // tensor-core kernel), no fma contraction.
-      const float angle = __fmul_rn(static_cast<float>(pos), p.rope_freqs[(d - tail0) / 2]);
-      double sn = 0, cs = 0;
-      sincos(static_cast<double>(angle), &sn, &cs);
-      const float c = static_cast<float>(cs), s = -static_cast<float>(sn);
-      const float x = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-      const float y = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
-      a = x;
-      b = y;
+    if (d >= tail0) {  // the inverse rotation
+      const float2 cs = ops_detail::rope_cos_sin(pos, p.rope_freqs[(d - tail0) / 2]);
+      const float2 r = ops_detail::rope_rotate(a, b, cs.x, -cs.y);
+      a = r.x;
+      b = r.y;
     }
     store1(out + d, a);
     store1(out + d + 1, b);

@@ -56,6 +56,33 @@ __device__ __forceinline__ void store1(uint16_t* p, float v) {
   *p = static_cast<uint16_t>(pack_bf16x2(v, 0.0f) & 0xFFFFu);
 }
 
+// The value an activation of storage T holds: v itself (fp32) or v rounded to bf16 (RNE).
+template <typename T>
+__device__ __forceinline__ float round_to_storage(float v) {
+  if constexpr (sizeof(T) == 2) {
+    return __uint_as_float(pack_bf16x2(v, 0.0f) << 16);
+  } else {
+    return v;
+  }
+}
+
+// RoPE as the CPU's RopeTable: the angle fp32(pos) * freq rounded once in fp32, cos and sin
+// evaluated in double and rounded to fp32 (the correctly rounded value but for ~2^-29 of inputs,
+// like glibc's cosf / sinf). Returns (cos, sin).
+__device__ __forceinline__ float2 rope_cos_sin(int64_t pos, float freq) {
+  const float angle = __fmul_rn(static_cast<float>(pos), freq);
+  double s = 0, c = 0;
+  sincos(static_cast<double>(angle), &s, &c);
+  return make_float2(static_cast<float>(c), static_cast<float>(s));
+}
+
+// The pair (a, b) rotated by (c, s): (a c - b s, a s + b c) with unfused fp32 products, exactly
+// the CPU's expression. The inverse rotation passes -s.
+__device__ __forceinline__ float2 rope_rotate(float a, float b, float c, float s) {
+  return make_float2(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)),
+                     __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+}
+
 // The UE8M0 byte of act_quant's scale for a block whose |x| maximum is `amax` (NaN elements
 // ignored, as std::max does on the CPU): 2^ceil(log2(fp32(max(amax, 1e-4) * fp32(1/448)))), read
 // off the fp32 bits of the (always normal) product, like e8m0_pow2ceil.

@@ -46,14 +46,10 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float cos_s[kMaxHalf];
   __shared__ float sin_s[kMaxHalf];
   const int64_t row = blockIdx.x;
-  const float pos = static_cast<float>(positions[row]);
   for (int i = static_cast<int>(threadIdx.x); i < half; i += kThreads) {
-    const float angle = __fmul_rn(pos, freqs[i]);
-    double s = 0;
-    double c = 0;
-    sincos(static_cast<double>(angle), &s, &c);
-    cos_s[i] = static_cast<float>(c);
-    sin_s[i] = inverse ? -static_cast<float>(s) : static_cast<float>(s);
+    const float2 cs = ops_detail::rope_cos_sin(positions[row], freqs[i]);
+    cos_s[i] = cs.x;
+    sin_s[i] = inverse ? -cs.y : cs.y;
   }
   __syncthreads();
   T* base = x + row * x_stride + (head_dim - 2 * half);
@@ -63,10 +59,8 @@ __global__ void __launch_bounds__(kThreads)
     const int i = static_cast<int>(p - h * half);
     T* ptr = base + h * head_dim + 2 * i;
     const Pair v = load_pair(ptr);
-    const float c = cos_s[i];
-    const float s = sin_s[i];
-    store_pair(ptr, __fsub_rn(__fmul_rn(v.a, c), __fmul_rn(v.b, s)),
-               __fadd_rn(__fmul_rn(v.a, s), __fmul_rn(v.b, c)));
+    const float2 r = ops_detail::rope_rotate(v.a, v.b, cos_s[i], sin_s[i]);
+    store_pair(ptr, r.x, r.y);
   }
 }
 
