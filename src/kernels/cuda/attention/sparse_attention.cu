@@ -29,6 +29,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 #include "kernels/cuda/attention/sparse_attention.cuh"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
@@ -216,23 +217,11 @@ __device__ __forceinline__ void store_fp4(uint8_t* kv, const Raw& raw) {
   }
 }
 
-template <typename T>
-__device__ __forceinline__ void load8(const T* p, float (&v)[8]);
-template <>
+// Eight consecutive fp32 values (two 16-byte loads).
 __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
   const float4 a = *reinterpret_cast<const float4*>(p);
   const float4 b = *reinterpret_cast<const float4*>(p + 4);
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-template <>
-__device__ __forceinline__ void load8(const uint16_t* p, float (&v)[8]) {
-  const uint4 a = *reinterpret_cast<const uint4*>(p);
-  const uint32_t w[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = bf16_lo(w[i]);
-    v[2 * i + 1] = bf16_hi(w[i]);
-  }
 }
 
 using ops_detail::store4;
@@ -260,6 +249,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row = blockIdx.x;
   const int chunk = blockIdx.y;
   const int tid = threadIdx.x;
+  const T* q_row = static_cast<const T*>(p.q) + static_cast<int64_t>(row) * kHeads * kDim;
+  // Q: 16 chunks of 8 values per thread; chunk c = tid + 256 j is head c / 64, column c % 64
+  // (the same column tid % 64 for all of a thread's chunks).
+  constexpr int kPer = kHeads * kDim / 8 / kThreads;
+  if constexpr (!kF32) {
+    // bf16 storage: q's bytes are its bf16 operand as they are. All of a thread's chunks go into
+    // the swizzled tile at once, the CTA's first global reads, in flight beside the entry table.
+    const uint32_t q_base = smem_u32(s_q);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int c = tid + kThreads * j;
+      cuda_detail::cp_async16(q_base + swz(c / (kDim / 8), c % (kDim / 8)),
+                              q_row + (c / (kDim / 8)) * kDim + 8 * (c % (kDim / 8)), true);
+    }
+    cuda_detail::cp_async_commit();
+  }
   const int64_t seq = p.seq[row];
   const int64_t pos = p.pos[row];
 
@@ -302,18 +307,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Q rows into shared memory as bf16 (hi) and, in fp32 precision, the bf16 residual (lo);
   // q_rope: each head's tail rotated first, as apply_rope does (rounded to the storage as it
   // stores).
-  {
-    const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(row) * kHeads * kDim;
-    // 16 chunks of 8 values per thread, loaded 4 at a time before any is used (the loads are
-    // the CTA's first global reads: one round trip per batch, not per chunk).
-    constexpr int kPer = kHeads * kDim / 8 / kThreads;
+  if constexpr (kF32) {
+    // 16 chunks of 8 values per thread, loaded 4 at a time before any is used (one round trip
+    // per batch, not per chunk).
 #pragma unroll 1
     for (int b = 0; b < kPer; b += 4) {
       float v[4][8];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int c = tid + kThreads * (b + j);
-        load8(q + (c / (kDim / 8)) * kDim + 8 * (c % (kDim / 8)), v[j]);
+        load8(q_row + (c / (kDim / 8)) * kDim + 8 * (c % (kDim / 8)), v[j]);
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -325,8 +328,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int i = 0; i < 4; ++i) {
             const float2 r = ops_detail::rope_rotate(v[j][2 * i], v[j][2 * i + 1], s_rope[i0 + i],
                                                      s_rope[32 + i0 + i]);
-            v[j][2 * i] = ops_detail::round_to_storage<T>(r.x);
-            v[j][2 * i + 1] = ops_detail::round_to_storage<T>(r.y);
+            v[j][2 * i] = r.x;
+            v[j][2 * i + 1] = r.y;
           }
         }
         uint32_t hi[4], lo[4];
@@ -336,8 +339,28 @@ __global__ void __launch_bounds__(kThreads, 1)
           lo[i] = bf16x2(v[j][2 * i] - bf16_lo(hi[i]), v[j][2 * i + 1] - bf16_hi(hi[i]));
         }
         *reinterpret_cast<uint4*>(s_q + swz(h, ch)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        if constexpr (kF32)
-          *reinterpret_cast<uint4*>(s_qlo + swz(h, ch)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        *reinterpret_cast<uint4*>(s_qlo + swz(h, ch)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      }
+    }
+  } else {
+    cuda_detail::cp_async_wait<0>();  // this thread's chunks landed (visible to it)
+    // q_rope: the threads of the tail columns rotate their own chunks in place; the bf16 of the
+    // rotated pair is what apply_rope stores and what the register path's hi was.
+    const int ch = tid % (kDim / 8);
+    if (p.q_rope && ch >= (kDim - 64) / 8) {
+      const int i0 = 4 * (ch - (kDim - 64) / 8);  // the column's first pair of the tail
+#pragma unroll 4
+      for (int j = 0; j < kPer; ++j) {
+        uint4* w = reinterpret_cast<uint4*>(s_q + swz((tid + kThreads * j) / (kDim / 8), ch));
+        const uint4 x = *w;
+        uint32_t u[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 r = ops_detail::rope_rotate(bf16_lo(u[i]), bf16_hi(u[i]), s_rope[i0 + i],
+                                                   s_rope[32 + i0 + i]);
+          u[i] = bf16x2(r.x, r.y);
+        }
+        *w = make_uint4(u[0], u[1], u[2], u[3]);
       }
     }
   }
