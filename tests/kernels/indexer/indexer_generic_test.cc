@@ -49,6 +49,16 @@ std::vector<float> random_row(std::mt19937_64& rng, int dim, int exp_range) {
   return x;
 }
 
+// `rows` such rows, concatenated.
+std::vector<float> random_rows(std::mt19937_64& rng, int64_t rows, int dim, int exp_range) {
+  std::vector<float> x;
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto v = random_row(rng, dim, exp_range);
+    x.insert(x.end(), v.begin(), v.end());
+  }
+  return x;
+}
+
 // Packs x as an index-key row at `packed` and returns the FP4-simulated values.
 std::vector<float> pack_row(const std::vector<float>& x, uint8_t* packed) {
   const auto bytes = static_cast<size_t>(index_key_bytes(static_cast<int>(x.size())));
@@ -232,135 +242,131 @@ TEST(IndexerGeneric, GpuPackedQueriesScoreLikeTheCpu) {
   check_scores(cache, 8, {0, 1, 0}, {50, 9, 31}, 50, false, 7, 1, true);
 }
 
+// The query packer's cases: 32 x 128 and 8 x 64 heads, fp32 and bf16 storage; f(width, bf16).
+template <typename F>
+void for_each_pack_case(F&& f) {
+  for (const Width wd : {Width{kIndexHeads, kIndexDim}, Width{8, 64}}) {
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(testing::Message() << wd.heads << " x " << wd.dim << (bf16 ? " bf16" : " fp32"));
+      f(wd, bf16);
+    }
+  }
+}
+
 // index_query_pack vs cpu::pack_index_key row by row, for fp32 and bf16 storage, including zero
 // rows, huge and tiny magnitudes, and +-0 / exact grid values.
 TEST(IndexerGeneric, QueryPackBytesMatchCpuPacker) {
   DI_REQUIRE_GPU();
-  for (const Width wd : {Width{kIndexHeads, kIndexDim}, Width{8, 64}}) {
-    for (const bool bf16 : {false, true}) {
-      SCOPED_TRACE(testing::Message() << wd.heads << " x " << wd.dim << (bf16 ? " bf16" : " fp32"));
-      Stream stream;
-      const cudaStream_t st = stream.get();
-      const int64_t rows = 7;
-      const size_t n = static_cast<size_t>(rows * wd.heads * wd.dim);
-      std::mt19937_64 rng(123 + static_cast<uint64_t>(wd.dim));
-      std::vector<float> x;
-      while (x.size() < n) {
-        const auto r = random_row(rng, wd.dim, 8);
-        x.insert(x.end(), r.begin(), r.end());
-      }
-      const size_t d = static_cast<size_t>(wd.dim);
-      std::fill_n(x.begin(), d, 0.0f);  // head row 0: zeros (the amax floor)
-      for (size_t i = 0; i < d; ++i) {
-        x[d + i] *= 1e30f;       // head row 1: huge
-        x[2 * d + i] *= 1e-40f;  // head row 2: tiny (subnormal inputs)
-        x[3 * d + i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.5f;  // grid values
-      }
-      x[4 * d] = -0.0f;
-      if (bf16) x = from_bf16(to_bf16(x));
-      const DeviceBuffer x_dev = bf16 ? upload(to_bf16(x), st) : upload(x, st);
-      const int key_bytes = index_key_bytes(wd.dim);
-      const size_t out_bytes = static_cast<size_t>(rows * wd.heads * key_bytes);
-      DeviceBuffer out_dev = poisoned<uint8_t>(out_bytes + 16, st);
-      IndexQueryPackParams p;
-      p.q = x_dev.data();
-      p.out = out_dev.as<uint8_t>();
-      p.rows = rows;
-      p.heads = wd.heads;
-      p.dim = wd.dim;
-      p.precision = bf16 ? ActPrecision::kBF16 : ActPrecision::kF32;
-      index_query_pack(p, st);
-      const auto got = download<uint8_t>(out_dev, out_bytes + 16, st);
-
-      std::vector<uint8_t> want(out_bytes);
-      std::vector<float> back(d);
-      for (int64_t i = 0; i < rows * wd.heads; ++i) {
-        const std::span<const float> row(x.data() + static_cast<size_t>(i) * d, d);
-        const std::span<uint8_t> e(want.data() + i * key_bytes, static_cast<size_t>(key_bytes));
-        cpu::pack_index_key(row, e);
-        // The packed bytes are the reference's fake-quant of the row.
-        std::vector<float> sim(row.begin(), row.end());
-        cpu::fp4_quant_ue8m0<float>(sim, 32);
-        cpu::unpack_index_key(e, back);
-        for (size_t j = 0; j < d; ++j)
-          ASSERT_EQ(float_bits(back[j]), float_bits(sim[j])) << "head row " << i << " value " << j;
-      }
-      int64_t bad = 0;
-      for (size_t i = 0; i < out_bytes; ++i) {
-        if (got[i] != want[i] && bad++ < 8) {
-          ADD_FAILURE() << "byte " << i << " (head row " << i / static_cast<size_t>(key_bytes)
-                        << "): got " << int{got[i]} << " want " << int{want[i]};
-        }
-      }
-      EXPECT_EQ(bad, 0);
-      for (size_t i = out_bytes; i < out_bytes + 16; ++i)
-        EXPECT_EQ(got[i], 0xFF) << "byte " << i << " past the output changed";
+  for_each_pack_case([](const Width wd, const bool bf16) {
+    Stream stream;
+    const cudaStream_t st = stream.get();
+    const int64_t rows = 7;
+    std::mt19937_64 rng(123 + static_cast<uint64_t>(wd.dim));
+    std::vector<float> x = random_rows(rng, rows * wd.heads, wd.dim, 8);
+    const size_t d = static_cast<size_t>(wd.dim);
+    std::fill_n(x.begin(), d, 0.0f);  // head row 0: zeros (the amax floor)
+    for (size_t i = 0; i < d; ++i) {
+      x[d + i] *= 1e30f;       // head row 1: huge
+      x[2 * d + i] *= 1e-40f;  // head row 2: tiny (subnormal inputs)
+      x[3 * d + i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.5f;  // grid values
     }
-  }
+    x[4 * d] = -0.0f;
+    if (bf16) x = from_bf16(to_bf16(x));
+    const DeviceBuffer x_dev = bf16 ? upload(to_bf16(x), st) : upload(x, st);
+    const int key_bytes = index_key_bytes(wd.dim);
+    const size_t out_bytes = static_cast<size_t>(rows * wd.heads * key_bytes);
+    DeviceBuffer out_dev = poisoned<uint8_t>(out_bytes + 16, st);
+    IndexQueryPackParams p;
+    p.q = x_dev.data();
+    p.out = out_dev.as<uint8_t>();
+    p.rows = rows;
+    p.heads = wd.heads;
+    p.dim = wd.dim;
+    p.precision = bf16 ? ActPrecision::kBF16 : ActPrecision::kF32;
+    index_query_pack(p, st);
+    const auto got = download<uint8_t>(out_dev, out_bytes + 16, st);
+
+    std::vector<uint8_t> want(out_bytes);
+    std::vector<float> back(d);
+    for (int64_t i = 0; i < rows * wd.heads; ++i) {
+      const std::span<const float> row(x.data() + static_cast<size_t>(i) * d, d);
+      const std::span<uint8_t> e(want.data() + i * key_bytes, static_cast<size_t>(key_bytes));
+      cpu::pack_index_key(row, e);
+      // The packed bytes are the reference's fake-quant of the row.
+      std::vector<float> sim(row.begin(), row.end());
+      cpu::fp4_quant_ue8m0<float>(sim, 32);
+      cpu::unpack_index_key(e, back);
+      for (size_t j = 0; j < d; ++j)
+        ASSERT_EQ(float_bits(back[j]), float_bits(sim[j])) << "head row " << i << " value " << j;
+    }
+    int64_t bad = 0;
+    for (size_t i = 0; i < out_bytes; ++i) {
+      if (got[i] != want[i] && bad++ < 8) {
+        ADD_FAILURE() << "byte " << i << " (head row " << i / static_cast<size_t>(key_bytes)
+                      << "): got " << int{got[i]} << " want " << int{want[i]};
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    for (size_t i = out_bytes; i < out_bytes + 16; ++i)
+      EXPECT_EQ(got[i], 0xFF) << "byte " << i << " past the output changed";
+  });
 }
 
 // index_query_pack with the RoPE of the heads' tails (rope_dim > 0): bytes identical to
 // apply_rope followed by the packing, for fp32 and bf16 storage, at positions up to 64K.
 TEST(IndexerGeneric, QueryPackWithRopeIsApplyRopeThenPack) {
   DI_REQUIRE_GPU();
-  for (const Width wd : {Width{kIndexHeads, kIndexDim}, Width{8, 64}}) {
-    for (const bool bf16 : {false, true}) {
-      SCOPED_TRACE(testing::Message() << wd.heads << " x " << wd.dim << (bf16 ? " bf16" : " fp32"));
-      Stream stream;
-      const cudaStream_t st = stream.get();
-      const std::vector<int64_t> positions = {0, 1, 2, 77, 4095, 40000, 65535};
-      const auto rows = static_cast<int64_t>(positions.size());
-      const int rope_dim = wd.dim / 2;
-      const auto freqs = cpu::rope_frequencies<float>({rope_dim, 160000.0, 65536, 16.0, 32.0, 1.0});
-      const size_t n = static_cast<size_t>(rows * wd.heads * wd.dim);
-      std::mt19937_64 rng(321 + static_cast<uint64_t>(wd.dim));
-      std::vector<float> x;
-      while (x.size() < n) {
-        const auto r = random_row(rng, wd.dim, 4);
-        x.insert(x.end(), r.begin(), r.end());
-      }
-      const auto up = [&] { return bf16 ? upload(to_bf16(x), st) : upload(x, st); };
-      const DeviceBuffer x_fused = up();
-      DeviceBuffer x_roped = up();
-      const DeviceBuffer pos_dev = upload(positions, st), freqs_dev = upload(freqs, st);
-      const ActPrecision prec = bf16 ? ActPrecision::kBF16 : ActPrecision::kF32;
-      const size_t out_bytes = static_cast<size_t>(rows * wd.heads * index_key_bytes(wd.dim));
-      DeviceBuffer fused = poisoned<uint8_t>(out_bytes, st), sep = poisoned<uint8_t>(out_bytes, st);
-      IndexQueryPackParams p;
-      p.q = x_fused.data();
-      p.out = fused.as<uint8_t>();
-      p.rows = rows;
-      p.heads = wd.heads;
-      p.dim = wd.dim;
-      p.precision = prec;
-      p.positions = pos_dev.as<int64_t>();
-      p.rope_freqs = freqs_dev.as<float>();
-      p.rope_dim = rope_dim;
-      index_query_pack(p, st);
+  for_each_pack_case([](const Width wd, const bool bf16) {
+    Stream stream;
+    const cudaStream_t st = stream.get();
+    const std::vector<int64_t> positions = {0, 1, 2, 77, 4095, 40000, 65535};
+    const auto rows = static_cast<int64_t>(positions.size());
+    const int rope_dim = wd.dim / 2;
+    const auto freqs = cpu::rope_frequencies<float>({rope_dim, 160000.0, 65536, 16.0, 32.0, 1.0});
+    const size_t n = static_cast<size_t>(rows * wd.heads * wd.dim);
+    std::mt19937_64 rng(321 + static_cast<uint64_t>(wd.dim));
+    const std::vector<float> x = random_rows(rng, rows * wd.heads, wd.dim, 4);
+    const auto up = [&] { return bf16 ? upload(to_bf16(x), st) : upload(x, st); };
+    const DeviceBuffer x_fused = up();
+    DeviceBuffer x_roped = up();
+    const DeviceBuffer pos_dev = upload(positions, st), freqs_dev = upload(freqs, st);
+    const ActPrecision prec = bf16 ? ActPrecision::kBF16 : ActPrecision::kF32;
+    const size_t out_bytes = static_cast<size_t>(rows * wd.heads * index_key_bytes(wd.dim));
+    DeviceBuffer fused = poisoned<uint8_t>(out_bytes, st), sep = poisoned<uint8_t>(out_bytes, st);
+    IndexQueryPackParams p;
+    p.q = x_fused.data();
+    p.out = fused.as<uint8_t>();
+    p.rows = rows;
+    p.heads = wd.heads;
+    p.dim = wd.dim;
+    p.precision = prec;
+    p.positions = pos_dev.as<int64_t>();
+    p.rope_freqs = freqs_dev.as<float>();
+    p.rope_dim = rope_dim;
+    index_query_pack(p, st);
 
-      RopeApplyParams rp;
-      rp.x = x_roped.data();
-      rp.positions = pos_dev.as<int64_t>();
-      rp.freqs = freqs_dev.as<float>();
-      rp.rows = rows;
-      rp.heads = wd.heads;
-      rp.head_dim = wd.dim;
-      rp.rope_dim = rope_dim;
-      rp.precision = prec;
-      apply_rope(rp, st);
-      IndexQueryPackParams q = p;
-      q.q = x_roped.data();
-      q.out = sep.as<uint8_t>();
-      q.rope_dim = 0;
-      index_query_pack(q, st);
-      const auto got = download<uint8_t>(fused, out_bytes, st);
-      const auto want = download<uint8_t>(sep, out_bytes, st);
-      EXPECT_EQ(got, want);
-      // The input itself is left as it was: the fused pack does not write q.
-      const size_t esz = bf16 ? 2 : 4;
-      EXPECT_EQ(download<uint8_t>(x_fused, n * esz, st), download<uint8_t>(up(), n * esz, st));
-    }
-  }
+    RopeApplyParams rp;
+    rp.x = x_roped.data();
+    rp.positions = pos_dev.as<int64_t>();
+    rp.freqs = freqs_dev.as<float>();
+    rp.rows = rows;
+    rp.heads = wd.heads;
+    rp.head_dim = wd.dim;
+    rp.rope_dim = rope_dim;
+    rp.precision = prec;
+    apply_rope(rp, st);
+    IndexQueryPackParams q = p;
+    q.q = x_roped.data();
+    q.out = sep.as<uint8_t>();
+    q.rope_dim = 0;
+    index_query_pack(q, st);
+    const auto got = download<uint8_t>(fused, out_bytes, st);
+    const auto want = download<uint8_t>(sep, out_bytes, st);
+    EXPECT_EQ(got, want);
+    // The input itself is left as it was: the fused pack does not write q.
+    const size_t esz = bf16 ? 2 : 4;
+    EXPECT_EQ(download<uint8_t>(x_fused, n * esz, st), download<uint8_t>(up(), n * esz, st));
+  });
 }
 
 TEST(IndexerGeneric, LaunchersRejectBadWidths) {
