@@ -115,16 +115,10 @@ __device__ __forceinline__ void rms_norm_row512(float* row, const float* weight,
 // cpu::RopeTable<float>::apply: angle = fp32(pos) * freq (one fp32 product), cos/sin evaluated in
 // double and rounded once to fp32 (kernels/cuda/ops/rope.cu), unfused products and sums.
 __device__ __forceinline__ void rope_pair(float* tail, int pair, int64_t pos, const float* freqs) {
-  const float angle = __fmul_rn(static_cast<float>(pos), freqs[pair]);
-  double sd = 0;
-  double cd = 0;
-  sincos(static_cast<double>(angle), &sd, &cd);
-  const float c = static_cast<float>(cd);
-  const float s = static_cast<float>(sd);
-  const float a = tail[2 * pair];
-  const float b = tail[2 * pair + 1];
-  tail[2 * pair] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-  tail[2 * pair + 1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+  const float2 cs = ops_detail::rope_cos_sin(pos, freqs[pair]);
+  const float2 r = ops_detail::rope_rotate(tail[2 * pair], tail[2 * pair + 1], cs.x, cs.y);
+  tail[2 * pair] = r.x;
+  tail[2 * pair + 1] = r.y;
 }
 
 // RoPE on the last 64 values of the 512-wide shared row (threads 0..31), then a CTA barrier.
