@@ -1,5 +1,6 @@
 // cuda_forward_bench MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16]
-//                    [--extrapolate CONFIG [--gpus G]] [--ops] [--gpu-only] [--host-logits]
+//                    [--extrapolate CONFIG [--gpus G] [--expert-gbs R]] [--ops] [--gpu-only]
+//                    [--host-logits]
 // The CUDA forward of a DeepSeek-V4.1 checkpoint (e.g. `deepinfer synth --config v41-flash
 // --layers 4`): B sequences (--batch, default 1), each prefilled with N tokens (one forward call
 // per sequence), then decode steps of one token per sequence, all B in one batched forward call;
@@ -16,7 +17,10 @@
 // candidate pool, Engram; e.g. a checkpoint from `deepinfer synth --layer-ids
 // 0,1,2,3,14,20,21,24,25`), plus the measured head. When the measured checkpoint keeps fewer routed
 // experts than CONFIG (synth --experts) and B > 1, the full model's extra expected expert bytes are
-// added at the measured copy bandwidth (printed as its own term: an estimate, not a measurement).
+// added at the measured copy bandwidth (printed as its own term: an estimate, not a measurement),
+// or at R GB/s with --expert-gbs R: a rate measured for the full expert count at this batch's
+// routing density (`moe_bench B`'s "experts" column, TB/s x 1000), which the FP4 expert kernel
+// reaches rather than the copy bandwidth.
 // --gpus G (with --extrapolate): also an estimate for G GPUs serving G x B sequences with data
 // parallel attention (each GPU runs the measured B sequences' dense work) and expert parallelism
 // (each GPU holds E / G routed experts and streams its share of the experts G x B tokens pick):
@@ -142,7 +146,10 @@ constexpr double kA2aLatencyUs = 15.0;
 
 bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
                  const std::vector<di::LayerPlan>& measured, const std::vector<double>& us,
-                 double head_us, int64_t ctx, int64_t batch, double copy_gbs, int64_t gpus) {
+                 double head_us, int64_t ctx, int64_t batch, double copy_gbs, int64_t gpus,
+                 double expert_gbs) {
+  // The rate of the routed-expert bytes the measured checkpoint lacks.
+  const double extra_gbs = expert_gbs > 0 ? expert_gbs : copy_gbs;
   const di::ModelConfig full = di::parse_model_config(di::load_config_json(config).dump(), config);
   const std::vector<di::LayerPlan> plan = di::build_layer_plan(full);
   std::vector<double> full_experts, measured_experts;
@@ -174,7 +181,7 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
     const RoleSum& r = it->second;
     total += r.us / r.n;
     extra_expert_us += std::max(0.0, full_experts[static_cast<size_t>(b)] - r.expert_bytes / r.n) /
-                       (copy_gbs * 1e9) * 1e6;
+                       (extra_gbs * 1e9) * 1e6;
     floor_total +=
         (wbytes[static_cast<size_t>(b)] +
          static_cast<double>(batch) * kv_bytes(full, plan[static_cast<size_t>(b)], ctx)) /
@@ -195,8 +202,8 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
   if (extra_expert_us > 0) {
     std::printf(
         "  (estimate: +%.1f us for the routed experts the measured checkpoint lacks, "
-        "streamed at the copy bandwidth)\n",
-        extra_expert_us);
+        "streamed at %s %.0f GB/s)\n",
+        extra_expert_us, expert_gbs > 0 ? "the given" : "the copy bandwidth,", extra_gbs);
   }
   if (gpus > 1) {
     // The full model's routed-expert bytes per layer at G x B tokens, a GPU's share 1/G.
@@ -210,7 +217,7 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
       const double one = full_experts[static_cast<size_t>(b)];
       if (one <= 0) continue;  // no routed experts in this layer
       expert_delta_us += (experts_g[static_cast<size_t>(b)] / static_cast<double>(gpus) - one) /
-                         (copy_gbs * 1e9) * 1e6;
+                         (extra_gbs * 1e9) * 1e6;
       const double bytes = pairs_out * ((d + d / 32.0) + 2.0 * d);  // dispatch + combine
       a2a_us += 2.0 * kA2aLatencyUs + bytes / (kA2aGBs * 1e9) * 1e6;
     }
@@ -246,13 +253,15 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16] "
-                 "[--extrapolate CONFIG [--gpus G]] [--ops] [--gpu-only] [--host-logits] "
+                 "[--extrapolate CONFIG [--gpus G] [--expert-gbs R]] [--ops] [--gpu-only] "
+                 "[--host-logits] "
                  "[--kernel-trace CSV]\n",
                  argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
   int64_t prompt = 4096, decode = 16, batch = 1, gpus = 1;
+  double expert_gbs = 0;  // 0: the copy bandwidth
   bool exact = false, bf16 = false, ops = false, gpu_only = false, host_logits = false;
   std::string extrapolate_to, trace_csv;
   bool kernel_trace = false;
@@ -280,6 +289,12 @@ int main(int argc, char** argv) {
       batch = std::atoll(argv[++i]);
     } else if (std::strcmp(argv[i], "--gpus") == 0 && i + 1 < argc) {
       gpus = std::atoll(argv[++i]);
+    } else if (std::strcmp(argv[i], "--expert-gbs") == 0 && i + 1 < argc) {
+      expert_gbs = std::atof(argv[++i]);
+      if (!(expert_gbs > 0 && expert_gbs < 1e5)) {
+        std::fprintf(stderr, "error: --expert-gbs must be a rate in GB/s, got %s\n", argv[i]);
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "error: unknown or incomplete argument %s\n", argv[i]);
       return 2;
@@ -289,8 +304,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --prompt, --decode and --batch must be >= 1, --gpus 1..8\n");
     return 2;
   }
-  if (gpus > 1 && extrapolate_to.empty()) {
-    std::fprintf(stderr, "error: --gpus needs --extrapolate CONFIG\n");
+  if ((gpus > 1 || expert_gbs > 0) && extrapolate_to.empty()) {
+    std::fprintf(stderr, "error: --gpus and --expert-gbs need --extrapolate CONFIG\n");
     return 2;
   }
   di::bench::backtrace_on_crash();
@@ -464,8 +479,9 @@ int main(int argc, char** argv) {
                                     static_cast<double>(decode));
       di::bench::write_kernel_csv(std::move(kernels), trace_csv);
     }
-    if (!extrapolate_to.empty() && !extrapolate(extrapolate_to, cfg, plan, block_us, head_us,
-                                                prompt + decode / 2, batch, copy, gpus)) {
+    if (!extrapolate_to.empty() &&
+        !extrapolate(extrapolate_to, cfg, plan, block_us, head_us, prompt + decode / 2, batch, copy,
+                     gpus, expert_gbs)) {
       return 1;
     }
     return 0;
