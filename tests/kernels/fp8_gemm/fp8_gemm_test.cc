@@ -330,7 +330,8 @@ TEST_F(Fp8GemmCudaTest, RowsAreBitwiseBatchInvariant) {
       int64_t first;  // the sub-batch holds rows [first, first + m) of x...
       int64_t at;     // ...at rows [at, at + m) of its own batch
     };
-    for (const Sub sub : {Sub{1, 517, 0}, Sub{7, 333, 0}, Sub{64, 900, 0}, Sub{4096, 0, 1500}}) {
+    for (const Sub sub :
+         {Sub{1, 517, 0}, Sub{7, 333, 0}, Sub{32, 100, 0}, Sub{64, 900, 0}, Sub{4096, 0, 1500}}) {
       const int64_t rows = std::min<int64_t>(sub.m, big - sub.first);
       std::vector<float> xs = random_x(sub.m, k, false, ++seed);
       std::copy_n(x.begin() + sub.first * k, rows * k, xs.begin() + sub.at * k);
@@ -348,6 +349,20 @@ TEST_F(Fp8GemmCudaTest, RowsAreBitwiseBatchInvariant) {
                   big_plan.block_m, big_plan.block_n, static_cast<long long>(diff),
                   static_cast<long long>(rows));
       EXPECT_EQ(diff, 0) << shape.name << " m=" << sub.m;
+    }
+  }
+}
+
+// The plans of every model shape fit the shared memory of an H200 (132 SMs, sm_90) at decode and
+// prefill sizes (host only: runs without a GPU).
+TEST(Fp8GemmPlan, ModelShapesFitSharedMemory) {
+  for (const GemmShape& shape : kShapes) {
+    for (const int64_t m : {1, 8, 9, 16, 17, 32, 33, 64, 65, 256, 257, 4096}) {
+      Fp8GemmPlan plan;
+      EXPECT_NO_THROW(plan = plan_fp8_gemm(m, shape.n, shape.k, shape.block, 132, 9, 0))
+          << shape.name << " m=" << m;
+      EXPECT_GT(plan.smem_bytes, 0) << shape.name << " m=" << m;
+      EXPECT_LE(plan.smem_bytes, 227 * 1024) << shape.name << " m=" << m;
     }
   }
 }
