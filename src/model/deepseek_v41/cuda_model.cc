@@ -1693,11 +1693,15 @@ void CudaModel::indexer(int64_t i, const Step& step, Shared& shared, bool join_k
     indexer_apply_mask(mp, stream_.get());
     after("indexer_apply_mask");
   }
-  // Top-k among the reachable positions, sorted by position; unused slots stay -1.
+  // Top-k among the reachable positions, sorted by position; unused slots stay -1. indexer_topk
+  // writes min(K, n) slots of every row (-1 padded), so the fill is needed only while the
+  // columns are fewer than K (a memset node also ends the chain of programmatic launches).
   const int64_t K = cfg_.index_topk;
   int32_t* topk = buf<int32_t>("topk", S * K);
-  DI_CUDA_CHECK(
-      cudaMemsetAsync(topk, 0xFF, static_cast<size_t>(S * K) * sizeof(int32_t), stream_.get()));
+  if (visible_total < K) {
+    DI_CUDA_CHECK(
+        cudaMemsetAsync(topk, 0xFF, static_cast<size_t>(S * K) * sizeof(int32_t), stream_.get()));
+  }
   IndexerTopkParams tp;
   tp.scores = scores;
   tp.row_visible = row_visible;
