@@ -1330,10 +1330,11 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   // - window K = V: wkv, then kv_norm + RoPE + FP8 into the chunk's entries (the ring is written
   //   after the attention: a prefill chunk's rows would overwrite slots its own queries read);
   //   and the compressor (full layers), which appends to the compressed cache and the index keys;
-  // - queries: wq_a, q_norm (+ act_quant, shared with the indexer's wq_b), wq_b, RoPE.
+  // - queries: wq_a, q_norm (+ act_quant, shared with the indexer's wq_b), wq_b (q's RoPE is
+  //   applied by the attention kernel as it reads q).
   // The indexer reads both: its query projection runs after q_norm on the main stream while the
-  // attention's wq_b + RoPE run on the side stream behind the KV branch (joined before the
-  // attention), and its per-head weights on the KV branch (joined before the scoring).
+  // attention's wq_b runs on the side stream behind the KV branch (joined before the attention),
+  // and its per-head weights on the KV branch (joined before the scoring).
   int64_t compress_len = 0;
   bool run_indexer = false;
   if (p.compress_ratio > 0) {
