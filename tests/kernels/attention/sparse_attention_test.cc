@@ -29,7 +29,6 @@
 #include "kernels/cpu/kv_pack.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/sparse_attn.h"
-#include "kernels/cuda/ops/rope.cuh"
 #include "tests_support/error_of.h"
 
 namespace di {
@@ -277,16 +276,8 @@ Result run_case(const Case& c) {
     sparse_attention(f, st);
     DeviceBuffer d_roped =
         c.precision == ActPrecision::kF32 ? upload(q, st) : upload(dense_test::to_bf16(q), st);
-    RopeApplyParams rp;
-    rp.x = d_roped.data();
-    rp.positions = d_pos.as<int64_t>();
-    rp.freqs = d_freqs.as<float>();
-    rp.rows = rows;
-    rp.heads = kH;
-    rp.head_dim = kD;
-    rp.rope_dim = 64;
-    rp.precision = c.precision;
-    apply_rope(rp, st);
+    dense_test::rope_rows(d_roped.data(), d_pos.as<int64_t>(), d_freqs.as<float>(), rows, kH, kD,
+                          64, c.precision, st);
     SparseAttnParams sep = p;
     sep.q = d_roped.data();
     sep.out = d_sep.data();

@@ -15,6 +15,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_buffer.h"
 #include "common/bf16.h"
+#include "kernels/cuda/ops/rope.cuh"
 
 namespace di::dense_test {
 
@@ -69,6 +70,24 @@ std::vector<T> download(const DeviceBuffer& b, size_t n, cudaStream_t stream) {
   b.copy_to_host_async(v.data(), n * sizeof(T), stream);
   DI_CUDA_CHECK(cudaStreamSynchronize(stream));
   return v;
+}
+
+// apply_rope on `rows` rows of heads x head_dim activations in place (the tail's forward
+// rotation at positions [rows] with freqs [rope_dim / 2]): the separate launch that the kernels
+// fusing the RoPE are compared with.
+inline void rope_rows(void* x, const int64_t* positions, const float* freqs, int64_t rows,
+                      int64_t heads, int64_t head_dim, int64_t rope_dim, ActPrecision precision,
+                      cudaStream_t stream) {
+  RopeApplyParams p;
+  p.x = x;
+  p.positions = positions;
+  p.freqs = freqs;
+  p.rows = rows;
+  p.heads = heads;
+  p.head_dim = head_dim;
+  p.rope_dim = rope_dim;
+  p.precision = precision;
+  apply_rope(p, stream);
 }
 
 inline uint32_t float_bits(float f) {

@@ -23,7 +23,6 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/indexer/indexer.cuh"
-#include "kernels/cuda/ops/rope.cuh"
 #include "kernels/dense_ops/dense_ops_test_util.h"
 
 namespace di::indexer_generic_test {
@@ -345,16 +344,8 @@ TEST(IndexerGeneric, QueryPackWithRopeIsApplyRopeThenPack) {
     p.rope_dim = rope_dim;
     index_query_pack(p, st);
 
-    RopeApplyParams rp;
-    rp.x = x_roped.data();
-    rp.positions = pos_dev.as<int64_t>();
-    rp.freqs = freqs_dev.as<float>();
-    rp.rows = rows;
-    rp.heads = wd.heads;
-    rp.head_dim = wd.dim;
-    rp.rope_dim = rope_dim;
-    rp.precision = prec;
-    apply_rope(rp, st);
+    dense_test::rope_rows(x_roped.data(), pos_dev.as<int64_t>(), freqs_dev.as<float>(), rows,
+                          wd.heads, wd.dim, rope_dim, prec, st);
     IndexQueryPackParams q = p;
     q.q = x_roped.data();
     q.out = sep.as<uint8_t>();
