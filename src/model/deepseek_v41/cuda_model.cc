@@ -1335,12 +1335,12 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   // The indexer reads both: its query projection runs after q_norm on the main stream while the
   // attention's wq_b runs on the side stream behind the KV branch (joined before the attention),
   // and its per-head weights on the KV branch (joined before the scoring).
-  int64_t compress_len = 0;
-  bool run_indexer = false;
-  if (p.compress_ratio > 0) {
-    compress_len = step.max_entries(p.compress_ratio);  // the longest sequence's
-    run_indexer = (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex) && compress_len > 0;
-  }
+  const int64_t compress_len =
+      p.compress_ratio > 0 ? step.max_entries(p.compress_ratio) : 0;  // the longest sequence's
+  // A layer with its own top-k (Full, Reindex) selects once entries are visible.
+  const bool own_topk =
+      p.compress_ratio > 0 && (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex);
+  const bool run_indexer = own_topk && compress_len > 0;
   const bool fork = side_ok();
   if (fork) fork_side();
   void* kv = act("kv", S * hd);
@@ -1394,8 +1394,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   }
   if (q_side) end_side(join_q_);
 
-  if (p.compress_ratio > 0 && (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex))
-    shared.topk_width = 0;
+  if (own_topk) shared.topk_width = 0;
   if (run_indexer) indexer(i, step, shared, /*join_kv=*/fork);
   if (q_side) {
     join_side(join_q_);  // q (the KV branch was joined in the indexer)
