@@ -1,5 +1,6 @@
 // cuda_forward_bench MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16]
-//                    [--extrapolate CONFIG [--gpus G] [--expert-gbs R]] [--ops] [--gpu-only]
+//                    [--extrapolate CONFIG [--gpus G] [--expert-gbs R] [--full-experts DIR]]
+//                    [--ops] [--gpu-only]
 //                    [--host-logits]
 // The CUDA forward of a DeepSeek-V4.1 checkpoint (e.g. `deepinfer synth --config v41-flash
 // --layers 4`): B sequences (--batch, default 1), each prefilled with N tokens (one forward call
@@ -20,7 +21,11 @@
 // added at the measured copy bandwidth (printed as its own term: an estimate, not a measurement),
 // or at R GB/s with --expert-gbs R: a rate measured for the full expert count at this batch's
 // routing density (`moe_bench B`'s "experts" column, TB/s x 1000), which the FP4 expert kernel
-// reaches rather than the copy bandwidth.
+// reaches rather than the copy bandwidth. --full-experts DIR: measure that term instead — DIR is
+// a checkpoint of the same config keeping all routed experts on a few layers (e.g. `deepinfer
+// synth --layer-ids 2,3`), run after MODEL_DIR with the same options; each of its layers minus
+// MODEL_DIR's layers of the same role is the time the full expert count adds to a layer, and
+// their mean is added to every layer with routed experts.
 // --gpus G (with --extrapolate): also an estimate for G GPUs serving G x B sequences with data
 // parallel attention (each GPU runs the measured B sequences' dense work) and expert parallelism
 // (each GPU holds E / G routed experts and streams its share of the experts G x B tokens pick):
@@ -137,6 +142,22 @@ std::string role_of(const di::LayerPlan& p) {
          (p.engram_slot >= 0 ? "/engram" : "");
 }
 
+// The bench's options for one checkpoint.
+struct RunOptions {
+  int64_t prompt = 4096, decode = 16, batch = 1;
+  bool exact = false, bf16 = false, ops = false, gpu_only = false, host_logits = false;
+  std::string trace_csv;  // --kernel-trace (empty: none)
+};
+
+// What the extrapolation needs of one measured checkpoint.
+struct Measured {
+  di::ModelConfig cfg;
+  std::vector<di::LayerPlan> plan;
+  std::vector<double> block_us;  // per backbone block, µs per decode step
+  double head_us = 0;
+  double copy_gbs = 0;
+};
+
 // The full model's decode step from the measured per-block microseconds; returns false (and
 // names the role) when the measured checkpoint lacks a role the full model has.
 // Assumed all-to-all figures for the --gpus estimate (H200 NVLink 4: 450 GB/s per direction
@@ -144,10 +165,12 @@ std::string role_of(const di::LayerPlan& p) {
 constexpr double kA2aGBs = 350.0;
 constexpr double kA2aLatencyUs = 15.0;
 
-bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
-                 const std::vector<di::LayerPlan>& measured, const std::vector<double>& us,
-                 double head_us, int64_t ctx, int64_t batch, double copy_gbs, int64_t gpus,
-                 double expert_gbs) {
+bool extrapolate(const std::string& config, const Measured& m, const Measured* all_experts,
+                 int64_t ctx, int64_t batch, int64_t gpus, double expert_gbs) {
+  const di::ModelConfig& measured_cfg = m.cfg;
+  const std::vector<di::LayerPlan>& measured = m.plan;
+  const std::vector<double>& us = m.block_us;
+  const double head_us = m.head_us, copy_gbs = m.copy_gbs;
   // The rate of the routed-expert bytes the measured checkpoint lacks.
   const double extra_gbs = expert_gbs > 0 ? expert_gbs : copy_gbs;
   const di::ModelConfig full = di::parse_model_config(di::load_config_json(config).dump(), config);
@@ -168,6 +191,51 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
     r.expert_bytes += measured_experts[static_cast<size_t>(b)];
     ++r.n;
   }
+  // --full-experts: the routed experts' term measured rather than estimated. A layer of the
+  // checkpoint that keeps all of the full model's experts, minus the measured layers of its role:
+  // the time the full expert count adds to a layer at this batch (the same MoE shapes in every
+  // layer, so one mean for all).
+  std::optional<double> measured_delta;
+  if (all_experts != nullptr) {
+    if (all_experts->cfg.n_routed_experts != full.n_routed_experts) {
+      std::printf(
+          "extrapolation to %s: the --full-experts checkpoint has %lld routed experts, the "
+          "model %lld\n",
+          config.c_str(), static_cast<long long>(all_experts->cfg.n_routed_experts),
+          static_cast<long long>(full.n_routed_experts));
+      return false;
+    }
+    double delta = 0;
+    int n = 0;
+    std::string terms;
+    for (size_t b = 0; b < all_experts->plan.size(); ++b) {
+      const di::LayerPlan& p = all_experts->plan[b];
+      if (p.n_routed_experts == 0) continue;
+      const std::string role = role_of(p);
+      const auto it = by_role.find(role);
+      if (it == by_role.end()) {
+        std::printf(
+            "extrapolation to %s: the --full-experts checkpoint's layer %zu has role %s, "
+            "which the measured model lacks\n",
+            config.c_str(), b, role.c_str());
+        return false;
+      }
+      const double d = all_experts->block_us[b] - it->second.us / it->second.n;
+      terms += " " + role + " " + std::to_string(static_cast<int64_t>(std::lround(d))) + " us;";
+      delta += d;
+      ++n;
+    }
+    if (n == 0) {
+      std::printf("extrapolation to %s: the --full-experts checkpoint has no routed experts\n",
+                  config.c_str());
+      return false;
+    }
+    measured_delta = delta / n;
+    std::printf(
+        "  full-expert layers minus this checkpoint's layers of the same role:%s mean "
+        "%.1f us a layer with routed experts\n",
+        terms.c_str(), *measured_delta);
+  }
   double total = head_us, floor_total = 0, extra_expert_us = 0;
   std::map<std::string, int> counts;
   for (int64_t b = 0; b < full.num_layers; ++b) {
@@ -180,8 +248,13 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
     }
     const RoleSum& r = it->second;
     total += r.us / r.n;
-    extra_expert_us += std::max(0.0, full_experts[static_cast<size_t>(b)] - r.expert_bytes / r.n) /
-                       (extra_gbs * 1e9) * 1e6;
+    if (measured_delta) {
+      if (full_experts[static_cast<size_t>(b)] > 0) extra_expert_us += *measured_delta;
+    } else {
+      extra_expert_us +=
+          std::max(0.0, full_experts[static_cast<size_t>(b)] - r.expert_bytes / r.n) /
+          (extra_gbs * 1e9) * 1e6;
+    }
     floor_total +=
         (wbytes[static_cast<size_t>(b)] +
          static_cast<double>(batch) * kv_bytes(full, plan[static_cast<size_t>(b)], ctx)) /
@@ -197,9 +270,17 @@ bool extrapolate(const std::string& config, const di::ModelConfig& measured_cfg,
   std::printf(
       "\n  decode step %.1f us (blocks + head%s) = %.1f tok/s; blocks' HBM floor %.1f us (%.2fx); "
       "one H200, no DSpark\n",
-      total, extra_expert_us > 0 ? ", + estimated full-expert traffic" : "",
+      total,
+      measured_delta        ? ", + measured full-expert term"
+      : extra_expert_us > 0 ? ", + estimated full-expert traffic"
+                            : "",
       1e6 * static_cast<double>(batch) / total, floor_total, (total - head_us) / floor_total);
-  if (extra_expert_us > 0) {
+  if (measured_delta) {
+    std::printf(
+        "  (measured: +%.1f us for the routed experts the measured checkpoint lacks, the "
+        "full-expert layers' mean difference in every layer with routed experts)\n",
+        extra_expert_us);
+  } else if (extra_expert_us > 0) {
     std::printf(
         "  (estimate: +%.1f us for the routed experts the measured checkpoint lacks, "
         "streamed at %s %.0f GB/s)\n",
@@ -247,13 +328,194 @@ void print_op_table(const char* title, const char* time_column,
   }
 }
 
+// Loads `dir`, prefills, times the decode steps and prints the per-block table (and the op table
+// and kernel trace when asked).
+Measured run_model(const std::string& dir, const RunOptions& o) {
+  const int64_t prompt = o.prompt, decode = o.decode, batch = o.batch;
+  const bool exact = o.exact, bf16 = o.bf16, ops = o.ops, gpu_only = o.gpu_only,
+             host_logits = o.host_logits;
+  const bool kernel_trace = !o.trace_csv.empty();
+  const std::string& trace_csv = o.trace_csv;
+  const di::ModelConfig cfg = di::load_model_config(dir);
+  const std::vector<di::LayerPlan> plan = di::build_layer_plan(cfg);
+  const std::vector<double> wbytes = weight_bytes_per_block(cfg, plan, batch);
+  di::Stream stream;
+  const double copy = di::bench::copy_gbs(stream);
+  di::ForwardOptions fo;
+  if (bf16) fo.precision = di::Precision::kBf16;
+  di::CudaForwardOptions co;
+  co.tensor_core_linears = !exact;
+  co.time_blocks = true;
+  co.time_ops = ops;
+  // --gpu-only: each step waits behind a 30 ms spin, so the host has enqueued it all first.
+  if (gpu_only) co.start_delay_us = 30000;
+  const auto t0 = std::chrono::steady_clock::now();
+  // A synthetic checkpoint has no Engram token map (the engine derives it from the tokenizer):
+  // any map of the right sizes gives the same speed.
+  std::optional<di::CompressedTokenMap> map;
+  if (!cfg.engram_layer_ids.empty() &&
+      !std::filesystem::exists(std::filesystem::path(dir) / di::kEngramTokenMapFile)) {
+    std::vector<int32_t> cls(static_cast<size_t>(cfg.vocab_size));
+    for (size_t i = 0; i < cls.size(); ++i)
+      cls[i] =
+          static_cast<int32_t>((i * 7919) % static_cast<size_t>(cfg.engram_compressed_vocab_size));
+    map.emplace(std::move(cls), cfg.engram_compressed_vocab_size, "synthetic map (bench)");
+  }
+  auto model = di::load_cuda_forward_model(dir, fo, co, std::move(map));
+  const auto t1 = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "loaded in %.1f s\n", std::chrono::duration<double>(t1 - t0).count());
+  // Distinct prompts per sequence (no shared prefix), one prefill call each.
+  std::vector<std::unique_ptr<di::SequenceState>> seqs;
+  std::vector<int64_t> next(static_cast<size_t>(batch));
+  std::vector<int64_t> ids(static_cast<size_t>(prompt));
+  for (int64_t s = 0; s < batch; ++s) {
+    for (int64_t i = 0; i < prompt; ++i)
+      ids[static_cast<size_t>(i)] = (i * 7919 + 13 + s * 104729) % model->vocab_size();
+    seqs.push_back(model->new_sequence());
+    if (ops && s == std::min<int64_t>(1, batch - 1)) di::cuda_forward_reset_op_times(*model);
+    // A forward step holds at most 65535 tokens: long prompts go in chunks.
+    constexpr int64_t kChunk = 32768;
+    for (int64_t off = 0; off < prompt; off += kChunk) {
+      di::SequenceChunk chunk{
+          seqs.back().get(),
+          std::span<const int64_t>(ids).subspan(
+              static_cast<size_t>(off), static_cast<size_t>(std::min(kChunk, prompt - off)))};
+      const di::ForwardResult r = model->forward({&chunk, 1});
+      if (off + kChunk >= prompt) {
+        const auto& l = r.logits[0];
+        next[static_cast<size_t>(s)] = std::max_element(l.begin(), l.end()) - l.begin();
+      }
+    }
+    if (s == 0) std::fprintf(stderr, "sequence 0 prefilled\n");
+    if (s == std::min<int64_t>(1, batch - 1) && ops) {
+      // The op table of sequence 1's prefill (of sequence 0's when it is alone: that first
+      // forward also grows the buffers).
+      print_op_table("op (prefill of one sequence)", "us", di::cuda_forward_op_times(*model), 1);
+    }
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  const auto L = static_cast<size_t>(cfg.num_layers);
+  std::vector<double> sum(L + 1, 0.0), host_sum(L + 1, 0.0);
+  auto t3 = std::chrono::steady_clock::now();
+  std::vector<di::SequenceChunk> chunks(static_cast<size_t>(batch));
+  std::vector<double> phase_sum(8, 0.0);
+  deepinfer::SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<di::ChunkSampling> sampling(static_cast<size_t>(batch));
+  std::optional<di::bench::KernelTrace> tracer;
+  if (kernel_trace) tracer.emplace();
+  // Step -1 is a warm-up: the first decode step after the prefills folds the pinned host
+  // memory the prefills grew (tens of ms once) and grows the decode-sized buffers; it is not
+  // timed.
+  for (int64_t step = -1; step < decode; ++step) {
+    if (step == 0) {
+      t3 = std::chrono::steady_clock::now();
+      if (ops) di::cuda_forward_reset_op_times(*model);
+      if (tracer) tracer->start();
+    }
+    for (size_t s = 0; s < chunks.size(); ++s) {
+      chunks[s] = di::SequenceChunk{seqs[s].get(), std::span<const int64_t>(&next[s], 1)};
+      sampling[s].params = &greedy;
+      sampling[s].row.position = seqs[s]->num_tokens() + 1;
+      if (!host_logits) chunks[s].sampling = &sampling[s];
+    }
+    const di::ForwardResult r = model->forward(chunks);
+    for (size_t s = 0; s < chunks.size(); ++s) {
+      if (!host_logits) {
+        DI_CHECK(s < r.sampled.size() && r.sampled[s] && r.sampled[s]->error.empty(),
+                 "sequence {} was not sampled on the GPU", s);
+        next[s] = r.sampled[s]->result.token_id;
+        continue;
+      }
+      const auto& l = r.logits[s];
+      next[s] = std::max_element(l.begin(), l.end()) - l.begin();
+    }
+    const std::vector<double> ms = di::cuda_forward_block_ms(*model);
+    DI_CHECK(ms.size() == sum.size(), "cuda_forward_block_ms: {} entries, expected {}", ms.size(),
+             sum.size());
+    if (step < 0) {
+      std::fprintf(stderr, "warm-up decode step done\n");
+      continue;
+    }
+    const std::vector<double> host_ms = di::cuda_forward_block_host_ms(*model);
+    const std::vector<double> phases = di::cuda_forward_step_phase_ms(*model);
+    for (size_t k = 0; k < phase_sum.size() && k < phases.size(); ++k)
+      phase_sum[k] += phases[k];
+    for (size_t k = 0; k < sum.size(); ++k) {
+      sum[k] += ms[k];
+      host_sum[k] += host_ms[k];
+    }
+  }
+  const auto t4 = std::chrono::steady_clock::now();
+  std::vector<di::bench::KernelRecord> kernels;
+  if (tracer) {
+    DI_CUDA_CHECK(cudaDeviceSynchronize());
+    kernels = tracer->stop();
+  }
+  auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  std::printf("model %s, %s activations, %s linears, copy %.0f GB/s\n", dir.c_str(),
+              bf16 ? "bf16" : "fp32", exact ? "exact-order" : "tensor-core", copy);
+  std::printf(
+      "load %.1f s; prefill %lld x %lld tokens %.3f s (%.0f tok/s); decode batch %lld, %lld "
+      "steps %.2f ms/step (wall; %s)\n",
+      sec(t0, t1), static_cast<long long>(batch), static_cast<long long>(prompt), sec(t1, t2),
+      static_cast<double>(batch * prompt) / sec(t1, t2), static_cast<long long>(batch),
+      static_cast<long long>(decode), 1e3 * sec(t3, t4) / static_cast<double>(decode),
+      host_logits ? "logits to the host, argmax there" : "greedy on the GPU, ids to the host");
+  const double nd = static_cast<double>(decode);
+  std::printf(
+      "host per decode step: %.0f us checks, %.0f us waiting for earlier GPU work, %.0f us "
+      "pinned reset, %.0f us page tables, %.0f us more before block 0, %.0f us enqueuing, %.0f "
+      "us waiting for the GPU, %.0f us after (results)\n",
+      1e3 * phase_sum[0] / nd, 1e3 * phase_sum[1] / nd, 1e3 * phase_sum[2] / nd,
+      1e3 * phase_sum[3] / nd, 1e3 * phase_sum[4] / nd, 1e3 * phase_sum[5] / nd,
+      1e3 * phase_sum[6] / nd, 1e3 * phase_sum[7] / nd);
+  // host us: time the host spent enqueuing the block (>= us/step: the GPU waited for it).
+  std::printf("%5s %6s %8s %4s %10s %10s %10s %10s %7s\n", "block", "ratio", "mode", "eng",
+              "us/step", "host us", "MB", "floor us", "x floor");
+  double total_us = 0, total_floor = 0;
+  std::vector<double> block_us(L);
+  for (size_t b = 0; b < L; ++b) {
+    const double us = 1e3 * sum[b] / static_cast<double>(decode);
+    block_us[b] = us;
+    const double bytes =
+        wbytes[b] + static_cast<double>(batch) * kv_bytes(cfg, plan[b], prompt + decode / 2);
+    const double floor_us = bytes / (copy * 1e9) * 1e6;
+    total_us += us;
+    total_floor += floor_us;
+    std::printf("%5zu %6lld %8s %4s %10.1f %10.1f %10.1f %10.1f %7.2f\n", b,
+                static_cast<long long>(plan[b].compress_ratio),
+                std::string(di::attn_mode_name(plan[b].mode)).c_str(),
+                plan[b].engram_slot >= 0 ? "yes" : "", us,
+                1e3 * host_sum[b] / static_cast<double>(decode), bytes / 1e6, floor_us,
+                us / floor_us);
+  }
+  const double head_us = 1e3 * sum[L] / static_cast<double>(decode);
+  std::printf(
+      "blocks: %.1f us/step vs floor %.1f us (%.2fx); collapse + norm + head %.1f us; "
+      "batch %lld\n",
+      total_us, total_floor, total_us / total_floor, head_us, static_cast<long long>(batch));
+  if (ops) {
+    // Per decode step; the events themselves add ~1-2 us per launch.
+    print_op_table("op (decode step)", "us/step", di::cuda_forward_op_times(*model),
+                   static_cast<double>(decode));
+  }
+  if (tracer) {
+    di::bench::print_kernel_table(di::bench::summarize_kernels(kernels),
+                                  static_cast<double>(decode));
+    di::bench::write_kernel_csv(std::move(kernels), trace_csv);
+  }
+  return Measured{cfg, plan, std::move(block_us), head_us, copy};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--prompt N] [--decode N] [--batch B] [--exact | --bf16] "
-                 "[--extrapolate CONFIG [--gpus G] [--expert-gbs R]] [--ops] [--gpu-only] "
+                 "[--extrapolate CONFIG [--gpus G] [--expert-gbs R] [--full-experts DIR]] [--ops] "
+                 "[--gpu-only] "
                  "[--host-logits] "
                  "[--kernel-trace CSV]\n",
                  argv[0]);
@@ -263,7 +525,7 @@ int main(int argc, char** argv) {
   int64_t prompt = 4096, decode = 16, batch = 1, gpus = 1;
   double expert_gbs = 0;  // 0: the copy bandwidth
   bool exact = false, bf16 = false, ops = false, gpu_only = false, host_logits = false;
-  std::string extrapolate_to, trace_csv;
+  std::string extrapolate_to, trace_csv, full_experts_dir;
   bool kernel_trace = false;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--exact") == 0) {
@@ -278,6 +540,8 @@ int main(int argc, char** argv) {
       host_logits = true;
     } else if (std::strcmp(argv[i], "--extrapolate") == 0 && i + 1 < argc) {
       extrapolate_to = argv[++i];
+    } else if (std::strcmp(argv[i], "--full-experts") == 0 && i + 1 < argc) {
+      full_experts_dir = argv[++i];
     } else if (std::strcmp(argv[i], "--kernel-trace") == 0 && i + 1 < argc) {
       kernel_trace = true;
       trace_csv = argv[++i];
@@ -304,184 +568,34 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --prompt, --decode and --batch must be >= 1, --gpus 1..8\n");
     return 2;
   }
-  if ((gpus > 1 || expert_gbs > 0) && extrapolate_to.empty()) {
-    std::fprintf(stderr, "error: --gpus and --expert-gbs need --extrapolate CONFIG\n");
+  if ((gpus > 1 || expert_gbs > 0 || !full_experts_dir.empty()) && extrapolate_to.empty()) {
+    std::fprintf(stderr,
+                 "error: --gpus, --expert-gbs and --full-experts need --extrapolate CONFIG\n");
     return 2;
   }
   di::bench::backtrace_on_crash();
   try {
-    const di::ModelConfig cfg = di::load_model_config(dir);
-    const std::vector<di::LayerPlan> plan = di::build_layer_plan(cfg);
-    const std::vector<double> wbytes = weight_bytes_per_block(cfg, plan, batch);
-    di::Stream stream;
-    const double copy = di::bench::copy_gbs(stream);
-    di::ForwardOptions fo;
-    if (bf16) fo.precision = di::Precision::kBf16;
-    di::CudaForwardOptions co;
-    co.tensor_core_linears = !exact;
-    co.time_blocks = true;
-    co.time_ops = ops;
-    // --gpu-only: each step waits behind a 30 ms spin, so the host has enqueued it all first.
-    if (gpu_only) co.start_delay_us = 30000;
-    const auto t0 = std::chrono::steady_clock::now();
-    // A synthetic checkpoint has no Engram token map (the engine derives it from the tokenizer):
-    // any map of the right sizes gives the same speed.
-    std::optional<di::CompressedTokenMap> map;
-    if (!cfg.engram_layer_ids.empty() &&
-        !std::filesystem::exists(std::filesystem::path(dir) / di::kEngramTokenMapFile)) {
-      std::vector<int32_t> cls(static_cast<size_t>(cfg.vocab_size));
-      for (size_t i = 0; i < cls.size(); ++i)
-        cls[i] = static_cast<int32_t>((i * 7919) %
-                                      static_cast<size_t>(cfg.engram_compressed_vocab_size));
-      map.emplace(std::move(cls), cfg.engram_compressed_vocab_size, "synthetic map (bench)");
+    RunOptions ro;
+    ro.prompt = prompt;
+    ro.decode = decode;
+    ro.batch = batch;
+    ro.exact = exact;
+    ro.bf16 = bf16;
+    ro.ops = ops;
+    ro.gpu_only = gpu_only;
+    ro.host_logits = host_logits;
+    if (kernel_trace) ro.trace_csv = trace_csv;
+    const Measured m = run_model(dir, ro);
+    std::optional<Measured> full;
+    if (!full_experts_dir.empty()) {
+      // The same steps on the checkpoint that keeps every routed expert (no op table or trace).
+      ro.ops = false;
+      ro.trace_csv.clear();
+      std::printf("\nfull-expert checkpoint for the extrapolation's expert term:\n");
+      full = run_model(full_experts_dir, ro);
     }
-    auto model = di::load_cuda_forward_model(dir, fo, co, std::move(map));
-    const auto t1 = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "loaded in %.1f s\n", std::chrono::duration<double>(t1 - t0).count());
-    // Distinct prompts per sequence (no shared prefix), one prefill call each.
-    std::vector<std::unique_ptr<di::SequenceState>> seqs;
-    std::vector<int64_t> next(static_cast<size_t>(batch));
-    std::vector<int64_t> ids(static_cast<size_t>(prompt));
-    for (int64_t s = 0; s < batch; ++s) {
-      for (int64_t i = 0; i < prompt; ++i)
-        ids[static_cast<size_t>(i)] = (i * 7919 + 13 + s * 104729) % model->vocab_size();
-      seqs.push_back(model->new_sequence());
-      if (ops && s == std::min<int64_t>(1, batch - 1)) di::cuda_forward_reset_op_times(*model);
-      // A forward step holds at most 65535 tokens: long prompts go in chunks.
-      constexpr int64_t kChunk = 32768;
-      for (int64_t off = 0; off < prompt; off += kChunk) {
-        di::SequenceChunk chunk{
-            seqs.back().get(),
-            std::span<const int64_t>(ids).subspan(
-                static_cast<size_t>(off), static_cast<size_t>(std::min(kChunk, prompt - off)))};
-        const di::ForwardResult r = model->forward({&chunk, 1});
-        if (off + kChunk >= prompt) {
-          const auto& l = r.logits[0];
-          next[static_cast<size_t>(s)] = std::max_element(l.begin(), l.end()) - l.begin();
-        }
-      }
-      if (s == 0) std::fprintf(stderr, "sequence 0 prefilled\n");
-      if (s == std::min<int64_t>(1, batch - 1) && ops) {
-        // The op table of sequence 1's prefill (of sequence 0's when it is alone: that first
-        // forward also grows the buffers).
-        print_op_table("op (prefill of one sequence)", "us", di::cuda_forward_op_times(*model), 1);
-      }
-    }
-    const auto t2 = std::chrono::steady_clock::now();
-    const auto L = static_cast<size_t>(cfg.num_layers);
-    std::vector<double> sum(L + 1, 0.0), host_sum(L + 1, 0.0);
-    auto t3 = std::chrono::steady_clock::now();
-    std::vector<di::SequenceChunk> chunks(static_cast<size_t>(batch));
-    std::vector<double> phase_sum(8, 0.0);
-    deepinfer::SamplingParams greedy;
-    greedy.temperature = 0;
-    std::vector<di::ChunkSampling> sampling(static_cast<size_t>(batch));
-    std::optional<di::bench::KernelTrace> tracer;
-    if (kernel_trace) tracer.emplace();
-    // Step -1 is a warm-up: the first decode step after the prefills folds the pinned host
-    // memory the prefills grew (tens of ms once) and grows the decode-sized buffers; it is not
-    // timed.
-    for (int64_t step = -1; step < decode; ++step) {
-      if (step == 0) {
-        t3 = std::chrono::steady_clock::now();
-        if (ops) di::cuda_forward_reset_op_times(*model);
-        if (tracer) tracer->start();
-      }
-      for (size_t s = 0; s < chunks.size(); ++s) {
-        chunks[s] = di::SequenceChunk{seqs[s].get(), std::span<const int64_t>(&next[s], 1)};
-        sampling[s].params = &greedy;
-        sampling[s].row.position = seqs[s]->num_tokens() + 1;
-        if (!host_logits) chunks[s].sampling = &sampling[s];
-      }
-      const di::ForwardResult r = model->forward(chunks);
-      for (size_t s = 0; s < chunks.size(); ++s) {
-        if (!host_logits) {
-          DI_CHECK(s < r.sampled.size() && r.sampled[s] && r.sampled[s]->error.empty(),
-                   "sequence {} was not sampled on the GPU", s);
-          next[s] = r.sampled[s]->result.token_id;
-          continue;
-        }
-        const auto& l = r.logits[s];
-        next[s] = std::max_element(l.begin(), l.end()) - l.begin();
-      }
-      const std::vector<double> ms = di::cuda_forward_block_ms(*model);
-      DI_CHECK(ms.size() == sum.size(), "cuda_forward_block_ms: {} entries, expected {}", ms.size(),
-               sum.size());
-      if (step < 0) {
-        std::fprintf(stderr, "warm-up decode step done\n");
-        continue;
-      }
-      const std::vector<double> host_ms = di::cuda_forward_block_host_ms(*model);
-      const std::vector<double> phases = di::cuda_forward_step_phase_ms(*model);
-      for (size_t k = 0; k < phase_sum.size() && k < phases.size(); ++k)
-        phase_sum[k] += phases[k];
-      for (size_t k = 0; k < sum.size(); ++k) {
-        sum[k] += ms[k];
-        host_sum[k] += host_ms[k];
-      }
-    }
-    const auto t4 = std::chrono::steady_clock::now();
-    std::vector<di::bench::KernelRecord> kernels;
-    if (tracer) {
-      DI_CUDA_CHECK(cudaDeviceSynchronize());
-      kernels = tracer->stop();
-    }
-    auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-    std::printf("model %s, %s activations, %s linears, copy %.0f GB/s\n", dir.c_str(),
-                bf16 ? "bf16" : "fp32", exact ? "exact-order" : "tensor-core", copy);
-    std::printf(
-        "load %.1f s; prefill %lld x %lld tokens %.3f s (%.0f tok/s); decode batch %lld, %lld "
-        "steps %.2f ms/step (wall; %s)\n",
-        sec(t0, t1), static_cast<long long>(batch), static_cast<long long>(prompt), sec(t1, t2),
-        static_cast<double>(batch * prompt) / sec(t1, t2), static_cast<long long>(batch),
-        static_cast<long long>(decode), 1e3 * sec(t3, t4) / static_cast<double>(decode),
-        host_logits ? "logits to the host, argmax there" : "greedy on the GPU, ids to the host");
-    const double nd = static_cast<double>(decode);
-    std::printf(
-        "host per decode step: %.0f us checks, %.0f us waiting for earlier GPU work, %.0f us "
-        "pinned reset, %.0f us page tables, %.0f us more before block 0, %.0f us enqueuing, %.0f "
-        "us waiting for the GPU, %.0f us after (results)\n",
-        1e3 * phase_sum[0] / nd, 1e3 * phase_sum[1] / nd, 1e3 * phase_sum[2] / nd,
-        1e3 * phase_sum[3] / nd, 1e3 * phase_sum[4] / nd, 1e3 * phase_sum[5] / nd,
-        1e3 * phase_sum[6] / nd, 1e3 * phase_sum[7] / nd);
-    // host us: time the host spent enqueuing the block (>= us/step: the GPU waited for it).
-    std::printf("%5s %6s %8s %4s %10s %10s %10s %10s %7s\n", "block", "ratio", "mode", "eng",
-                "us/step", "host us", "MB", "floor us", "x floor");
-    double total_us = 0, total_floor = 0;
-    std::vector<double> block_us(L);
-    for (size_t b = 0; b < L; ++b) {
-      const double us = 1e3 * sum[b] / static_cast<double>(decode);
-      block_us[b] = us;
-      const double bytes =
-          wbytes[b] + static_cast<double>(batch) * kv_bytes(cfg, plan[b], prompt + decode / 2);
-      const double floor_us = bytes / (copy * 1e9) * 1e6;
-      total_us += us;
-      total_floor += floor_us;
-      std::printf("%5zu %6lld %8s %4s %10.1f %10.1f %10.1f %10.1f %7.2f\n", b,
-                  static_cast<long long>(plan[b].compress_ratio),
-                  std::string(di::attn_mode_name(plan[b].mode)).c_str(),
-                  plan[b].engram_slot >= 0 ? "yes" : "", us,
-                  1e3 * host_sum[b] / static_cast<double>(decode), bytes / 1e6, floor_us,
-                  us / floor_us);
-    }
-    const double head_us = 1e3 * sum[L] / static_cast<double>(decode);
-    std::printf(
-        "blocks: %.1f us/step vs floor %.1f us (%.2fx); collapse + norm + head %.1f us; "
-        "batch %lld\n",
-        total_us, total_floor, total_us / total_floor, head_us, static_cast<long long>(batch));
-    if (ops) {
-      // Per decode step; the events themselves add ~1-2 us per launch.
-      print_op_table("op (decode step)", "us/step", di::cuda_forward_op_times(*model),
-                     static_cast<double>(decode));
-    }
-    if (tracer) {
-      di::bench::print_kernel_table(di::bench::summarize_kernels(kernels),
-                                    static_cast<double>(decode));
-      di::bench::write_kernel_csv(std::move(kernels), trace_csv);
-    }
-    if (!extrapolate_to.empty() &&
-        !extrapolate(extrapolate_to, cfg, plan, block_us, head_us, prompt + decode / 2, batch, copy,
-                     gpus, expert_gbs)) {
+    if (!extrapolate_to.empty() && !extrapolate(extrapolate_to, m, full ? &*full : nullptr,
+                                                prompt + decode / 2, batch, gpus, expert_gbs)) {
       return 1;
     }
     return 0;
