@@ -205,6 +205,25 @@ bool extrapolate(const std::string& config, const Measured& m, const Measured* a
           static_cast<long long>(full.n_routed_experts));
       return false;
     }
+    // The difference is only the expert count's if everything else has the same shapes.
+    const di::ModelConfig& a = all_experts->cfg;
+    if (a.hidden_size != measured_cfg.hidden_size ||
+        a.moe_intermediate_size != measured_cfg.moe_intermediate_size ||
+        a.num_experts_per_tok != measured_cfg.num_experts_per_tok ||
+        a.num_heads != measured_cfg.num_heads) {
+      std::printf(
+          "extrapolation to %s: the --full-experts checkpoint's shapes (hidden %lld, expert "
+          "width %lld, top-%lld, %lld heads) differ from the measured model's (%lld, %lld, %lld, "
+          "%lld)\n",
+          config.c_str(), static_cast<long long>(a.hidden_size),
+          static_cast<long long>(a.moe_intermediate_size),
+          static_cast<long long>(a.num_experts_per_tok), static_cast<long long>(a.num_heads),
+          static_cast<long long>(measured_cfg.hidden_size),
+          static_cast<long long>(measured_cfg.moe_intermediate_size),
+          static_cast<long long>(measured_cfg.num_experts_per_tok),
+          static_cast<long long>(measured_cfg.num_heads));
+      return false;
+    }
     double delta = 0;
     int n = 0;
     std::string terms;
