@@ -252,6 +252,19 @@ void for_each_pack_case(F&& f) {
   }
 }
 
+// index_query_pack's parameters for `rows` rows of wd.heads x wd.dim queries (no RoPE).
+IndexQueryPackParams pack_params(const void* q, uint8_t* out, int64_t rows, const Width wd,
+                                 bool bf16) {
+  IndexQueryPackParams p;
+  p.q = q;
+  p.out = out;
+  p.rows = rows;
+  p.heads = wd.heads;
+  p.dim = wd.dim;
+  p.precision = bf16 ? ActPrecision::kBF16 : ActPrecision::kF32;
+  return p;
+}
+
 // index_query_pack vs cpu::pack_index_key row by row, for fp32 and bf16 storage, including zero
 // rows, huge and tiny magnitudes, and +-0 / exact grid values.
 TEST(IndexerGeneric, QueryPackBytesMatchCpuPacker) {
@@ -275,14 +288,7 @@ TEST(IndexerGeneric, QueryPackBytesMatchCpuPacker) {
     const int key_bytes = index_key_bytes(wd.dim);
     const size_t out_bytes = static_cast<size_t>(rows * wd.heads * key_bytes);
     DeviceBuffer out_dev = poisoned<uint8_t>(out_bytes + 16, st);
-    IndexQueryPackParams p;
-    p.q = x_dev.data();
-    p.out = out_dev.as<uint8_t>();
-    p.rows = rows;
-    p.heads = wd.heads;
-    p.dim = wd.dim;
-    p.precision = bf16 ? ActPrecision::kBF16 : ActPrecision::kF32;
-    index_query_pack(p, st);
+    index_query_pack(pack_params(x_dev.data(), out_dev.as<uint8_t>(), rows, wd, bf16), st);
     const auto got = download<uint8_t>(out_dev, out_bytes + 16, st);
 
     std::vector<uint8_t> want(out_bytes);
@@ -332,13 +338,7 @@ TEST(IndexerGeneric, QueryPackWithRopeIsApplyRopeThenPack) {
     const ActPrecision prec = bf16 ? ActPrecision::kBF16 : ActPrecision::kF32;
     const size_t out_bytes = static_cast<size_t>(rows * wd.heads * index_key_bytes(wd.dim));
     DeviceBuffer fused = poisoned<uint8_t>(out_bytes, st), sep = poisoned<uint8_t>(out_bytes, st);
-    IndexQueryPackParams p;
-    p.q = x_fused.data();
-    p.out = fused.as<uint8_t>();
-    p.rows = rows;
-    p.heads = wd.heads;
-    p.dim = wd.dim;
-    p.precision = prec;
+    IndexQueryPackParams p = pack_params(x_fused.data(), fused.as<uint8_t>(), rows, wd, bf16);
     p.positions = pos_dev.as<int64_t>();
     p.rope_freqs = freqs_dev.as<float>();
     p.rope_dim = rope_dim;
