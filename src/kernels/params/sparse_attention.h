@@ -87,6 +87,10 @@ struct SparseAttnParams {
   // tensor-core kernel's hi + lo bf16 operands give ~1e-5). The fp32 forward's exact mode uses it
   // so that rounding differences stay below the fixtures' recorded near-ties.
   bool fp32_reference = false;
+  // Tensor-core kernel: CTAs per (row, chunk), each with 64 / head_split heads. 0: chosen by the
+  // grid (2 while twice the CTAs fit one wave of the device's SMs, else 1); 1 or 2: forced (the
+  // tests). Either gives the same bits.
+  int32_t head_split = 0;
 };
 
 }  // namespace di

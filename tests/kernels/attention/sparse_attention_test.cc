@@ -101,6 +101,7 @@ struct Case {
   // Also: q taken as the heads before RoPE, attended with q_rope (fused) and after apply_rope
   // (separate launch), both outputs' bytes kept.
   bool q_rope_check = false;
+  int head_split = 0;  // SparseAttnParams::head_split (0: chosen by the grid)
 };
 
 struct Result {
@@ -264,6 +265,7 @@ Result run_case(const Case& c) {
   p.scale = static_cast<float>(scale);
   p.rope_freqs = d_freqs.as<float>();
   p.fp32_reference = c.fp32_reference;
+  p.head_split = c.head_split;
   sparse_attention(p, st);
   DI_CUDA_CHECK(cudaStreamSynchronize(st));
   if (c.q_rope_check) {
@@ -441,6 +443,39 @@ TEST(SparseAttentionGpu, QRopeIsApplyRopeThenAttention) {
   }
 }
 
+TEST(SparseAttentionGpu, HeadSplitsGiveTheSameBits) {
+  DI_REQUIRE_GPU();
+  // One CTA per (row, chunk) with all 64 heads, or two with 32 each (what a small batch gets):
+  // the same bytes, so the choice by grid size keeps a row's output batch-invariant. Both
+  // storages, q_rope fused, a window of 64, a top-k width off the 128 grid and the widest one.
+  std::vector<Case> cases;
+  for (const ActPrecision prec : {ActPrecision::kF32, ActPrecision::kBF16}) {
+    Case c = decode_case(prec, 61);
+    c.q_rope_check = true;
+    cases.push_back(c);
+    c = decode_case(prec, 62);
+    c.window = 64;
+    c.topk_width = 300;
+    cases.push_back(c);
+    c = decode_case(prec, 63);
+    c.topk_width = 896;
+    cases.push_back(c);
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Case c = cases[i];
+    c.head_split = 1;
+    const Result one = run_case(c);
+    c.head_split = 2;
+    const Result two = run_case(c);
+    ASSERT_EQ(one.gpu.size(), two.gpu.size());
+    EXPECT_EQ(std::memcmp(one.gpu.data(), two.gpu.data(), one.gpu.size() * sizeof(float)), 0)
+        << "case " << i;
+    EXPECT_EQ(one.fused, two.fused) << "case " << i << " (q_rope)";
+    // And both are the attention (not the same wrong bytes).
+    expect_close(two, c.precision == ActPrecision::kF32 ? 1e-4 : 1e-2, "two CTAs per chunk");
+  }
+}
+
 using test::error_of;
 
 // Launcher checks (no device needed: they run before any CUDA call).
@@ -487,6 +522,10 @@ TEST(SparseAttentionGpu, BadParamsAreRejected) {
   p.q = fake;
   p.topk_width = 1024;  // more than a cluster of 8 CTAs covers
   EXPECT_NE(error_of([&] { sparse_attention(p, nullptr); }).find("topk_width 1024"),
+            std::string::npos);
+  p.topk_width = 512;
+  p.head_split = 3;
+  EXPECT_NE(error_of([&] { sparse_attention(p, nullptr); }).find("head_split 3"),
             std::string::npos);
 }
 

@@ -1,22 +1,24 @@
 // CSA2 sparse attention on sm_90 (kernels/params/sparse_attention.h), one launch:
 //
-// 1. Chunk attention, one CTA per (query row, chunk of up to 128 entries): chunk 0 is the
-//    window (FP8 SWA entries), chunk c >= 1 the top-k slots [128 (c - 1), 128 c) (FP4 compressed
-//    entries). The CTA holds the row's 64 query heads in shared memory (bf16; in fp32 precision as
-//    a hi + lo pair of bf16 so that q = hi + lo to ~2^-17 relative) and streams its entries in
-//    tiles of 32: each entry is read from global memory once and dequantised to bf16 — exact: an
-//    e4m3 code times a power of two, or an e2m1 value times an e4m3 scale, has at most 6
-//    significant bits — into a double-buffered shared tile that all 64 heads use. Tensor cores
-//    (mma.sync m16n8k16 bf16, fp32 accumulate) compute S = Q K^T and O += P V; the softmax is the
-//    usual online one in the log2 domain. 8 warps: warp w = 2 g + side owns heads [16 g, 16 g +
-//    16); for S it takes the tile's entries [16 side, 16 side + 16), for O the value dims [256
-//    side, 256 side + 256); the two warps of a head group exchange row maxima, row sums and P
-//    through shared memory. The chunk's unnormalised O, its running max m and sum l stay in shared
-//    memory.
-// 2. Combine: the CTAs of a row form one cluster; after a cluster barrier CTA c merges heads
-//    c, c + chunks, ... over all chunks through distributed shared memory, in chunk order (fixed,
-//    whatever the batch), adds the sink as an extra logit, divides, applies the inverse RoPE of
-//    the output tail and stores in the activation precision.
+// 1. Chunk attention, one CTA per (query row, chunk of up to 128 entries, part of the heads):
+//    chunk 0 is the window (FP8 SWA entries), chunk c >= 1 the top-k slots [128 (c - 1), 128 c)
+//    (FP4 compressed entries). The CTA holds its 64 / kSplit query heads in shared memory (bf16; in
+//    fp32 precision as a hi + lo pair of bf16 so that q = hi + lo to ~2^-17 relative) and streams
+//    its entries in tiles of 32: each entry is read from global memory once per CTA and
+//    dequantised to bf16 — exact: an e4m3 code times a power of two, or an e2m1 value times an
+//    e4m3 scale, has at most 6 significant bits — into a double-buffered shared tile that its
+//    heads use. Tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate) compute S = Q K^T and O +=
+//    P V; the softmax is the usual online one in the log2 domain. 8 warps in head groups of 16:
+//    kSplit 1 (all 64 heads) has 4 groups of 2 warps, a warp taking 16 of a tile's entries for S
+//    and 256 value dims for O; kSplit 2 (two CTAs per (row, chunk), for batches whose grid is
+//    under a wave) has 2 groups of 4 warps, 8 entries and 128 dims each, which halves each warp's
+//    chain of dependent MMAs per tile at the price of dequantising every tile twice. The warps of
+//    a group exchange row maxima, row sums and P through shared memory. Both splits give the same
+//    bits. The chunk's unnormalised O, its running max m and sum l stay in shared memory.
+// 2. Combine: the CTAs of a row (and head part) form one cluster; after a cluster barrier CTA c
+//    merges the part's heads c, c + chunks, ... over all chunks through distributed shared memory,
+//    in chunk order (fixed, whatever the batch), adds the sink as an extra logit, divides, applies
+//    the inverse RoPE of the output tail and stores in the activation precision.
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -49,16 +51,32 @@ constexpr int kPRowBytes = 80;            // one P row: 32 bf16 + 16 B pad (conf
 constexpr int kPBytes = 16 * kPRowBytes;  // one head group's 16 x 32 P tile
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <bool kF32>
+// The warps' split of a CTA's work for kSplit CTAs per (row, chunk), each with 64 / kSplit heads:
+// kGroups head groups of 16 (an mma's rows), kWarps warps per group; a warp takes kWarps-th of a
+// tile's entries for S (kNS n8 tiles) and of the value dims for O (kOTiles n8 tiles).
+template <int kSplit>
+struct Split {
+  static_assert(kSplit == 1 || kSplit == 2, "one or two CTAs per (row, chunk)");
+  static constexpr int kCtaHeads = kHeads / kSplit;       // 64 or 32
+  static constexpr int kGroups = kCtaHeads / 16;          // 4 or 2
+  static constexpr int kWarps = kThreads / 32 / kGroups;  // 2 or 4
+  static constexpr int kNS = kTile / 8 / kWarps;          // 2 or 1
+  static constexpr int kOTiles = kDim / kWarps / 8;       // 32 or 16
+};
+
+template <bool kF32, int kSplit>
 struct Smem {
-  static constexpr int kQ = kHeads * kRowBytes;                // q hi
-  static constexpr int kQLo = kF32 ? kHeads * kRowBytes : 0;   // q lo (fp32 precision)
-  static constexpr int kKv = 2 * kTile * kRowBytes;            // two dequantised tiles
-  static constexpr int kP = 2 * 4 * kPBytes * (kF32 ? 2 : 1);  // [parity][group][hi, lo]
-  static constexpr int kRed = 2 * 2 * 4 * 2 * 16 * 4;          // [max, sum][parity][g][side][16]
-  static constexpr int kPtr = kChunk * 8;                      // entry addresses
-  static constexpr int kRope = 2 * 32 * 4;                     // [32] cos, [32] sin of pos
+  using S = Split<kSplit>;
+  static constexpr int kQ = S::kCtaHeads * kRowBytes;                   // q hi
+  static constexpr int kQLo = kF32 ? S::kCtaHeads * kRowBytes : 0;      // q lo (fp32 precision)
+  static constexpr int kKv = 2 * kTile * kRowBytes;                     // two dequantised tiles
+  static constexpr int kP = 2 * S::kGroups * kPBytes * (kF32 ? 2 : 1);  // [parity][group][hi, lo]
+  static constexpr int kRed = 2 * 2 * S::kGroups * S::kWarps * 16 * 4;  // [max, sum][par][g][w][16]
+  static constexpr int kPtr = kChunk * 8;                               // entry addresses
+  static constexpr int kRope = 2 * 32 * 4;                              // [32] cos, [32] sin of pos
   static constexpr int kBytes = kQ + kQLo + kKv + kP + kRed + kPtr + 16 + 2 * 8 + kRope;
+  // The epilogue's unnormalised O [kCtaHeads][512] fp32 lies over Q and the KV tiles.
+  static_assert(S::kCtaHeads * kDim * 4 <= kQ + kQLo + kKv, "O over Q and KV");
 };
 
 // Byte offset of 16-byte chunk c of row r in a 1024-byte-row tile, XOR-swizzled over the 8 chunks
@@ -96,9 +114,10 @@ __device__ __forceinline__ float bf16_hi(uint32_t v) {
   return __uint_as_float(v & 0xFFFF0000u);
 }
 
-// Named barrier of the two warps of head group g (ids 1..4; 0 is __syncthreads).
-__device__ __forceinline__ void pair_sync(int g) {
-  asm volatile("bar.sync %0, 64;" ::"r"(g + 1) : "memory");
+// Named barrier of the kWarps warps of head group g (ids 1..kGroups; 0 is __syncthreads).
+template <int kWarps>
+__device__ __forceinline__ void group_sync(int g) {
+  asm volatile("bar.sync %0, %1;" ::"r"(g + 1), "n"(32 * kWarps) : "memory");
 }
 
 // Two e4m3 codes (low byte first) times a power-of-two scale, as two bf16 (exact).
@@ -226,15 +245,20 @@ __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
 
 using ops_detail::store4;
 
-// Attention of one (row, chunk), then the row's chunks merged in its cluster. T = float or uint16_t
-// (bf16 bits) activations.
-template <typename T>
+// Attention of one (row, chunk, 1 / kSplit of the heads), then the row's chunks merged in its
+// cluster. T = float or uint16_t (bf16 bits) activations. Both splits give the same bits: per
+// head, S, P and O keep their operations and order, and a tile's row sum adds its four 8-entry
+// quarters as (q0 + q1) + (q2 + q3) in either.
+template <typename T, int kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_kernel(const SparseAttnParams p, int chunks) {
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
   constexpr bool kF32 = sizeof(T) == 4;
-  using L = Smem<kF32>;
+  using L = Smem<kF32, kSplit>;
+  using S = Split<kSplit>;
+  constexpr int kCtaHeads = S::kCtaHeads, kGroups = S::kGroups, kWarps = S::kWarps;
+  constexpr int kNS = S::kNS, kOTiles = S::kOTiles;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* s_q = smem;
   uint8_t* s_qlo = s_q + L::kQ;
@@ -248,11 +272,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int row = blockIdx.x;
   const int chunk = blockIdx.y;
+  const int part = blockIdx.z;  // heads [kCtaHeads part, +kCtaHeads)
   const int tid = threadIdx.x;
-  const T* q_row = static_cast<const T*>(p.q) + static_cast<int64_t>(row) * kHeads * kDim;
-  // Q: 16 chunks of 8 values per thread; chunk c = tid + 256 j is head c / 64, column c % 64
-  // (the same column tid % 64 for all of a thread's chunks).
-  constexpr int kPer = kHeads * kDim / 8 / kThreads;
+  const T* q_row =
+      static_cast<const T*>(p.q) + (static_cast<int64_t>(row) * kHeads + kCtaHeads * part) * kDim;
+  // Q: 16 / kSplit chunks of 8 values per thread; chunk c = tid + 256 j is the CTA's head c / 64,
+  // column c % 64 (the same column tid % 64 for all of a thread's chunks).
+  constexpr int kPer = kCtaHeads * kDim / 8 / kThreads;
   if constexpr (!kF32) {
     // bf16 storage: q's bytes are its bf16 operand as they are. All of a thread's chunks go into
     // the swizzled tile at once, the CTA's first global reads, in flight beside the entry table.
@@ -308,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // q_rope: each head's tail rotated first, as apply_rope does (rounded to the storage as it
   // stores).
   if constexpr (kF32) {
-    // 16 chunks of 8 values per thread, loaded 4 at a time before any is used (one round trip
+    // kPer chunks of 8 values per thread, loaded 4 at a time before any is used (one round trip
     // per batch, not per chunk).
 #pragma unroll 1
     for (int b = 0; b < kPer; b += 4) {
@@ -375,12 +401,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     tile_mask |= s_tiles[i] ? (1u << i) : 0u;
 
   const int warp = tid / 32, lane = tid % 32;
-  const int g = warp / 2, side = warp % 2;
+  const int g = warp / kWarps, qt = warp % kWarps;
   const float qk_scale = p.scale * kLog2e;
 
-  float o[32][4];
+  float o[kOTiles][4];  // value dims [kDim / kWarps qt, +kDim / kWarps) of heads [16 g, +16)
 #pragma unroll
-  for (int i = 0; i < 32; ++i)
+  for (int i = 0; i < kOTiles; ++i)
     o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY};  // rows lane/4 and lane/4 + 8 (log2 domain)
   float l_run[2] = {0.0f, 0.0f};
@@ -419,58 +445,100 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
 
-    // S = Q K^T for heads [16 g, +16) and entries [16 side, +16) of the tile. Two accumulator
-    // sets per n-tile (bf16: k mod 2; fp32: the q hi and q lo products) keep four mma chains in
-    // flight; the fragments of step k + 1 are loaded before step k's mmas.
-    float sa[2][2][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-        sa[a][n][0] = sa[a][n][1] = sa[a][n][2] = sa[a][n][3] = 0.0f;
+    // S = Q K^T for heads [16 g, +16) and the warp's kNS n8 tiles of entries [8 kNS qt, +8 kNS).
+    // Two accumulator sets per n-tile (bf16: k mod 2; fp32: the q hi and q lo products) keep
+    // 2 kNS mma chains in flight.
     const uint32_t q_base = smem_u32(s_q), qlo_base = smem_u32(s_qlo), kv_base = smem_u32(kv);
     const SwzRow ra = swz_row(16 * g + lane % 16, lane / 16);
-    const SwzRow rb = swz_row(16 * side + lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
-    // Chunk 2 k + b of the row: 128 (k / 4) + off[k % 4].
-    auto qk_frag = [&](int k, uint32_t(&fa)[4], uint32_t(&fl)[4], uint32_t(&fb)[4]) {
-      const uint32_t dq = ra.off[k % 4] + 128 * (k / 4);
-      ldsm_x4(q_base + dq, fa);
-      if constexpr (kF32) ldsm_x4(qlo_base + dq, fl);
-      ldsm_x4(kv_base + rb.off[k % 4] + 128 * (k / 4), fb);
-    };
-    uint32_t fa[2][4], fl[2][4], fb[2][4];
-    qk_frag(0, fa[0], fl[0], fb[0]);
+    float sv[kNS][4];
+    if constexpr (kNS == 2) {
+      float sa[2][2][4];
 #pragma unroll
-    for (int k = 0; k < kDim / 16; ++k) {
-      const int cur = k & 1;
-      if (k + 1 < kDim / 16) qk_frag(k + 1, fa[cur ^ 1], fl[cur ^ 1], fb[cur ^ 1]);
-      // fp32: hi products into set 0, lo into set 1; bf16: alternate sets by k.
-      const int ah = kF32 ? 0 : k % 2;
-      mma_bf16(sa[ah][0], fa[cur], fb[cur][0], fb[cur][1]);
-      mma_bf16(sa[ah][1], fa[cur], fb[cur][2], fb[cur][3]);
-      if constexpr (kF32) {
-        mma_bf16(sa[1][0], fl[cur], fb[cur][0], fb[cur][1]);
-        mma_bf16(sa[1][1], fl[cur], fb[cur][2], fb[cur][3]);
+      for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+          sa[a][n][0] = sa[a][n][1] = sa[a][n][2] = sa[a][n][3] = 0.0f;
+      const SwzRow rb = swz_row(16 * qt + lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
+      // Chunk 2 k + b of the row: 128 (k / 4) + off[k % 4]; step k + 1's fragments are loaded
+      // before step k's mmas.
+      auto qk_frag = [&](int k, uint32_t(&fa)[4], uint32_t(&fl)[4], uint32_t(&fb)[4]) {
+        const uint32_t dq = ra.off[k % 4] + 128 * (k / 4);
+        ldsm_x4(q_base + dq, fa);
+        if constexpr (kF32) ldsm_x4(qlo_base + dq, fl);
+        ldsm_x4(kv_base + rb.off[k % 4] + 128 * (k / 4), fb);
+      };
+      uint32_t fa[2][4], fl[2][4], fb[2][4];
+      qk_frag(0, fa[0], fl[0], fb[0]);
+#pragma unroll
+      for (int k = 0; k < kDim / 16; ++k) {
+        const int cur = k & 1;
+        if (k + 1 < kDim / 16) qk_frag(k + 1, fa[cur ^ 1], fl[cur ^ 1], fb[cur ^ 1]);
+        // fp32: hi products into set 0, lo into set 1; bf16: alternate sets by k.
+        const int ah = kF32 ? 0 : k % 2;
+        mma_bf16(sa[ah][0], fa[cur], fb[cur][0], fb[cur][1]);
+        mma_bf16(sa[ah][1], fa[cur], fb[cur][2], fb[cur][3]);
+        if constexpr (kF32) {
+          mma_bf16(sa[1][0], fl[cur], fb[cur][0], fb[cur][1]);
+          mma_bf16(sa[1][1], fl[cur], fb[cur][2], fb[cur][3]);
+        }
       }
-    }
-    float s[2][4];
 #pragma unroll
-    for (int n = 0; n < 2; ++n)
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          sv[n][e] = sa[0][n][e] + sa[1][n][e];
+    } else {
+      float sa[2][4];
+#pragma unroll
+      for (int a = 0; a < 2; ++a)
+        sa[a][0] = sa[a][1] = sa[a][2] = sa[a][3] = 0.0f;
+      // K fragments of steps k, k + 1 (k even) with one ldmatrix.x4: lanes 8 j .. 8 j + 7
+      // address entry 8 qt + lane % 8, chunk 2 k + j (j = lane / 8): 128 (k / 4) + kb_off[(k / 2)
+      // % 2]; a step pair's fragments are loaded before the previous pair's mmas.
+      const int kr = 8 * qt + lane % 8;
+      uint32_t kb_off[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        kb_off[h] = static_cast<uint32_t>(kr * kRowBytes + (((4 * h + lane / 8) ^ (kr & 7)) << 4));
+      auto qk_frag = [&](int k, uint32_t(&fa)[2][4], uint32_t(&fl)[2][4], uint32_t(&fb)[4]) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const uint32_t dq = ra.off[(k + u) % 4] + 128 * ((k + u) / 4);
+          ldsm_x4(q_base + dq, fa[u]);
+          if constexpr (kF32) ldsm_x4(qlo_base + dq, fl[u]);
+        }
+        ldsm_x4(kv_base + kb_off[(k / 2) % 2] + 128 * (k / 4), fb);
+      };
+      uint32_t fa[2][2][4], fl[2][2][4], fb[2][4];
+      qk_frag(0, fa[0], fl[0], fb[0]);
+#pragma unroll
+      for (int k = 0; k < kDim / 16; k += 2) {
+        const int cur = (k / 2) & 1;
+        if (k + 2 < kDim / 16) qk_frag(k + 2, fa[cur ^ 1], fl[cur ^ 1], fb[cur ^ 1]);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          // fp32: hi products into set 0, lo into set 1; bf16: the sets by k mod 2.
+          mma_bf16(sa[kF32 ? 0 : u], fa[cur][u], fb[cur][2 * u], fb[cur][2 * u + 1]);
+          if constexpr (kF32) mma_bf16(sa[1], fl[cur][u], fb[cur][2 * u], fb[cur][2 * u + 1]);
+        }
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        s[n][e] = sa[0][n][e] + sa[1][n][e];
+        sv[0][e] = sa[0][e] + sa[1][e];
+    }
 
-    // Online softmax over the 32 entries of the tile (rows r = lane/4 and lane/4 + 8).
+    // Online softmax over the 32 entries of the tile (rows r = lane/4 and lane/4 + 8); the row
+    // maxima and sums of the group's kWarps warps meet in shared memory.
     const uint32_t valid = static_cast<uint32_t>(s_tiles[tile]);  // entry bits of the tile
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
+    for (int n = 0; n < kNS; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int ent = 16 * side + 8 * n + 2 * (lane % 4) + (e % 2);
+        const int ent = 8 * (kNS * qt + n) + 2 * (lane % 4) + (e % 2);
         const bool ok = (valid >> ent) & 1u;
-        s[n][e] = ok ? s[n][e] * qk_scale : -INFINITY;
-        mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+        sv[n][e] = ok ? sv[n][e] * qk_scale : -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], sv[n][e]);
       }
     }
 #pragma unroll
@@ -478,49 +546,61 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 1));
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 2));
     }
-    float* red_max = s_red + ((0 * 2 + par) * 4 + g) * 32;  // [side][16]
-    float* red_sum = s_red + ((1 * 2 + par) * 4 + g) * 32;
+    constexpr int kRedSet = kWarps * 16;  // [warp of the group][16 rows]
+    float* red_max = s_red + ((0 * 2 + par) * kGroups + g) * kRedSet;
+    float* red_sum = s_red + ((1 * 2 + par) * kGroups + g) * kRedSet;
     if (lane % 4 == 0) {
-      red_max[side * 16 + lane / 4] = mx[0];
-      red_max[side * 16 + lane / 4 + 8] = mx[1];
+      red_max[qt * 16 + lane / 4] = mx[0];
+      red_max[qt * 16 + lane / 4 + 8] = mx[1];
     }
-    pair_sync(g);
-    float m_new[2], alpha[2], rs[2] = {0.0f, 0.0f};
+    group_sync<kWarps>(g);
+    float m_new[2], alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float other = red_max[(1 - side) * 16 + lane / 4 + 8 * r];
-      m_new[r] = fmaxf(m_run[r], fmaxf(mx[r], other));
+      float m = m_run[r];
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w)
+        m = fmaxf(m, red_max[w * 16 + lane / 4 + 8 * r]);
+      m_new[r] = m;
       alpha[r] = m_new[r] == -INFINITY ? 1.0f : exp2f(m_run[r] - m_new[r]);
     }
-    uint32_t p_hi[2][2], p_lo[2][2];  // [n][row pair]: bf16x2 of (e0, e1) and (e2, e3)
+    // P, and the row sums of each 8-entry quarter of the tile (rq[n]: the warp's n-th).
+    uint32_t p_hi[kNS][2], p_lo[kNS][2];  // [n][row pair]: bf16x2 of (e0, e1) and (e2, e3)
+    float rq[kNS][2];
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
+    for (int n = 0; n < kNS; ++n) {
       float pv[4];
+      rq[n][0] = rq[n][1] = 0.0f;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float mr = m_new[e / 2];
-        pv[e] = s[n][e] == -INFINITY ? 0.0f : exp2f(s[n][e] - mr);
-        rs[e / 2] += pv[e];
+        pv[e] = sv[n][e] == -INFINITY ? 0.0f : exp2f(sv[n][e] - mr);
+        rq[n][e / 2] += pv[e];
       }
       p_hi[n][0] = bf16x2(pv[0], pv[1]);
       p_hi[n][1] = bf16x2(pv[2], pv[3]);
       p_lo[n][0] = bf16x2(pv[0] - bf16_lo(p_hi[n][0]), pv[1] - bf16_hi(p_hi[n][0]));
       p_lo[n][1] = bf16x2(pv[2] - bf16_lo(p_hi[n][1]), pv[3] - bf16_hi(p_hi[n][1]));
-    }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      rs[r] += __shfl_xor_sync(0xFFFFFFFFu, rs[r], 1);
-      rs[r] += __shfl_xor_sync(0xFFFFFFFFu, rs[r], 2);
+      for (int r = 0; r < 2; ++r) {
+        rq[n][r] += __shfl_xor_sync(0xFFFFFFFFu, rq[n][r], 1);
+        rq[n][r] += __shfl_xor_sync(0xFFFFFFFFu, rq[n][r], 2);
+      }
     }
     if (lane % 4 == 0) {
-      red_sum[side * 16 + lane / 4] = rs[0];
-      red_sum[side * 16 + lane / 4 + 8] = rs[1];
-    }
-    // P of this warp's 16 entries into the group's P tile [16 rows][32 entries].
-    uint8_t* pt = s_p + (par * 4 + g) * kPBytes * (kF32 ? 2 : 1);
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      const int col = 16 * side + 8 * n + 2 * (lane % 4);
+      for (int r = 0; r < 2; ++r) {
+        // Two warps: each adds its quarter pair (q0 + q1 or q2 + q3); four: one quarter each.
+        float rs = rq[0][r];
+        if constexpr (kNS == 2) rs += rq[kNS - 1][r];
+        red_sum[qt * 16 + lane / 4 + 8 * r] = rs;
+      }
+    }
+    // P of this warp's entries into the group's P tile [16 rows][32 entries].
+    uint8_t* pt = s_p + (par * kGroups + g) * kPBytes * (kF32 ? 2 : 1);
+#pragma unroll
+    for (int n = 0; n < kNS; ++n) {
+      const int col = 8 * (kNS * qt + n) + 2 * (lane % 4);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int prow = lane / 4 + 8 * r;
@@ -531,22 +611,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // max moved
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
+      for (int i = 0; i < kOTiles; ++i) {
         o[i][0] *= alpha[0];
         o[i][1] *= alpha[0];
         o[i][2] *= alpha[1];
         o[i][3] *= alpha[1];
       }
     }
-    pair_sync(g);
+    group_sync<kWarps>(g);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float both = red_sum[lane / 4 + 8 * r] + red_sum[16 + lane / 4 + 8 * r];
-      l_run[r] = l_run[r] * alpha[r] + both;
+      // The tile's row sum: (q0 + q1) + (q2 + q3), whichever warps hold the quarters.
+      const int i = lane / 4 + 8 * r;
+      float all;
+      if constexpr (kWarps == 2) {
+        all = red_sum[i] + red_sum[16 + i];
+      } else {
+        all = (red_sum[i] + red_sum[16 + i]) + (red_sum[32 + i] + red_sum[48 + i]);
+      }
+      l_run[r] = l_run[r] * alpha[r] + all;
       m_run[r] = m_new[r];
     }
 
-    // O[16 heads, 256 dims of this side] += P[16, 32] V[32, 256 dims].
+    // O[16 heads, the warp's kDim / kWarps dims] += P[16, 32] V[32, those dims].
     const uint32_t p_base = smem_u32(pt);
     const SwzRow rv = swz_row(lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
 #pragma unroll
@@ -555,8 +642,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t pa = p_base + (lane % 16) * kPRowBytes + (16 * ks + 8 * (lane / 16)) * 2;
       ldsm_x4(pa, a);
       if constexpr (kF32) ldsm_x4(pa + kPBytes, alo);
-      // V rows 16 ks + (lane % 8) + 8 ((lane / 8) % 2), chunks 32 side + 2 np + lane / 16.
-      const uint32_t vb = kv_base + 16 * ks * kRowBytes + 512 * side;
+      // V rows 16 ks + (lane % 8) + 8 ((lane / 8) % 2), chunks kOTiles qt + 2 np + lane / 16.
+      const uint32_t vb = kv_base + 16 * ks * kRowBytes + 16 * kOTiles * qt;
       // Two n-tile pairs per step (four independent accumulators between dependent mmas), the
       // next step's V fragments loaded first.
       auto v_frag = [&](int np, uint32_t(&b)[4]) {
@@ -566,9 +653,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       v_frag(0, b[0][0]);
       v_frag(1, b[0][1]);
 #pragma unroll
-      for (int np = 0; np < 16; np += 2) {
+      for (int np = 0; np < kOTiles / 2; np += 2) {
         const int cur = (np / 2) & 1;
-        if (np + 2 < 16) {
+        if (np + 2 < kOTiles / 2) {
           v_frag(np + 2, b[cur ^ 1][0]);
           v_frag(np + 3, b[cur ^ 1][1]);
         }
@@ -601,16 +688,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();  // every warp is done with Q and KV: the epilogue reuses that memory
 
-  // The chunk's unnormalised O [64][512] (over the Q / KV buffers, free after the loop's last
-  // barrier), m and l [64][2] into shared memory; then the chunks of the row (one cluster) are
-  // merged through distributed shared memory, CTA `chunk` producing heads chunk, chunk + chunks..
+  // The chunk's unnormalised O [kCtaHeads][512] of the CTA's heads (over the Q / KV buffers, free
+  // after the loop's last barrier), m and l [kCtaHeads][2] into shared memory; then the chunks of
+  // the row and head part (one cluster) are merged through distributed shared memory, CTA `chunk`
+  // producing the part's heads chunk, chunk + chunks, ...
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   float* s_o = reinterpret_cast<float*>(smem);
-  float* s_ml = s_red;  // [64][2]
+  float* s_ml = s_red;  // [kCtaHeads][2]
 #pragma unroll
-  for (int nt = 0; nt < 32; ++nt) {
-    const int col = 256 * side + 8 * nt + 2 * (lane % 4);
+  for (int nt = 0; nt < kOTiles; ++nt) {
+    const int col = 8 * kOTiles * qt + 8 * nt + 2 * (lane % 4);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int h = 16 * g + lane / 4 + 8 * r;
@@ -618,7 +706,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
     }
   }
-  if (side == 0 && lane % 4 == 0) {
+  if (qt == 0 && lane % 4 == 0) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int h = 16 * g + lane / 4 + 8 * r;
@@ -631,8 +719,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Per head: w_c = 2^(m_c - M) and 1 / (sum_c w_c l_c + 2^(sink - M)) over the chunks in chunk
   // order (into the P buffers, free now); every remote load of a thread is issued before use.
   constexpr int kMaxChunks = 8;
-  float* s_wt = reinterpret_cast<float*>(s_p);  // [kMaxChunks][64] weights, then [64] 1 / den
-  if (tid < kHeads) {
+  float* s_wt =
+      reinterpret_cast<float*>(s_p);  // [kMaxChunks][kCtaHeads] weights, [kCtaHeads] 1/den
+  static_assert((kMaxChunks + 1) * kCtaHeads * 4 <= L::kP, "weights in the P buffers");
+  if (tid < kCtaHeads) {
     float m[kMaxChunks], l[kMaxChunks];
 #pragma unroll
     for (int c = 0; c < kMaxChunks; ++c) {
@@ -652,19 +742,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (c < chunks) {
         const float w = (mx == -INFINITY || m[c] == -INFINITY) ? 0.0f : exp2f(m[c] - mx);
         den += w * l[c];
-        s_wt[c * kHeads + tid] = w;
+        s_wt[c * kCtaHeads + tid] = w;
       }
     }
     // Nothing visible: the output is zero (the sink alone), weights and 1 / den both 0.
-    s_wt[kMaxChunks * kHeads + tid] =
-        mx == -INFINITY ? 0.0f : 1.0f / (den + exp2f(p.sink[tid] * kLog2e - mx));
+    const float sink = p.sink[kCtaHeads * part + tid];
+    s_wt[kMaxChunks * kCtaHeads + tid] =
+        mx == -INFINITY ? 0.0f : 1.0f / (den + exp2f(sink * kLog2e - mx));
   }
   __syncthreads();
 
-  T* out = static_cast<T*>(p.out) + static_cast<int64_t>(row) * kHeads * kDim;
+  T* out = static_cast<T*>(p.out) + (static_cast<int64_t>(row) * kHeads + kCtaHeads * part) * kDim;
   const int tail0 = kDim - p.rope_dim;
   const int d = 4 * (tid % 128);
-  for (int h = chunk + chunks * (tid / 128); h < kHeads; h += 2 * chunks) {
+  for (int h = chunk + chunks * (tid / 128); h < kCtaHeads; h += 2 * chunks) {
     float4 v[kMaxChunks];
 #pragma unroll
     for (int c = 0; c < kMaxChunks; ++c)
@@ -674,14 +765,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int c = 0; c < kMaxChunks; ++c) {
       if (c < chunks) {
-        const float w = s_wt[c * kHeads + h];
+        const float w = s_wt[c * kCtaHeads + h];
         acc.x += w * v[c].x;
         acc.y += w * v[c].y;
         acc.z += w * v[c].z;
         acc.w += w * v[c].w;
       }
     }
-    const float inv = s_wt[kMaxChunks * kHeads + h];
+    const float inv = s_wt[kMaxChunks * kCtaHeads + h];
     acc.x *= inv;
     acc.y *= inv;
     acc.z *= inv;
@@ -703,21 +794,20 @@ int num_chunks(int topk_width) {
 
 // Raise the kernel's shared-memory limit (a host-side attribute of the current device's function;
 // set on every launch rather than remembered in process-wide state).
-template <typename T>
+template <typename T, int kSplit>
 void allow_smem(int bytes) {
-  DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel<T>,
+  DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel<T, kSplit>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-template <typename T>
-void launch(const SparseAttnParams& p, cudaStream_t stream) {
+template <typename T, int kSplit>
+void launch(const SparseAttnParams& p, int chunks, cudaStream_t stream) {
   constexpr bool kF32 = sizeof(T) == 4;
-  const int chunks = num_chunks(p.topk_width);
-  const int smem = Smem<kF32>::kBytes;
-  allow_smem<T>(smem);
-  // Grid (rows, chunks), one cluster of `chunks` CTAs per row.
+  const int smem = Smem<kF32, kSplit>::kBytes;
+  allow_smem<T, kSplit>(smem);
+  // Grid (rows, chunks, kSplit), one cluster of `chunks` CTAs per row and head part.
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(chunks));
+  cfg.gridDim = dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(chunks), kSplit);
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = static_cast<size_t>(smem);
   cfg.stream = stream;
@@ -729,7 +819,26 @@ void launch(const SparseAttnParams& p, cudaStream_t stream) {
   attr[1] = cuda_detail::pdl_attribute();  // the kernel waits first (kernels/cuda/pdl.cuh)
   cfg.attrs = attr;
   cfg.numAttrs = 2;
-  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_attn_kernel<T>, p, chunks));
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_attn_kernel<T, kSplit>, p, chunks));
+}
+
+// Two CTAs per (row, chunk) when twice the grid still fits one wave (one CTA per SM): each CTA's
+// serial chain is what bounds a small batch; past a wave the second dequantisation costs more.
+template <typename T>
+void launch(const SparseAttnParams& p, cudaStream_t stream) {
+  const int chunks = num_chunks(p.topk_width);
+  int split = p.head_split;
+  if (split == 0) {
+    int device = 0, sms = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&device));
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    split = 2 * p.rows * chunks <= sms ? 2 : 1;
+  }
+  if (split == 2) {
+    launch<T, 2>(p, chunks, stream);
+  } else {
+    launch<T, 1>(p, chunks, stream);
+  }
 }
 
 }  // namespace
@@ -788,6 +897,8 @@ void sparse_attention(const SparseAttnParams& p, cudaStream_t stream) {
       aligned(p.q, 16) && aligned(p.out, 16) && (p.chunk_kv == nullptr || aligned(p.chunk_kv, 16)),
       "sparse_attention: q, out and chunk_kv must be 16-byte aligned");
   DI_CHECK(p.rope_dim == 64, "sparse_attention: rope_dim {} (only 64 is built)", p.rope_dim);
+  DI_CHECK(p.head_split >= 0 && p.head_split <= 2,
+           "sparse_attention: head_split {} must be 0 (by the grid), 1 or 2", p.head_split);
   if (p.precision == ActPrecision::kF32) {
     launch<float>(p, stream);
   } else {
