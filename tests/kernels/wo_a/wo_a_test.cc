@@ -3,8 +3,9 @@
 // per 32 x 32 or 128 x 128 block) at 1, 7, 64 and 300 rows, fp32 and bf16 storage, compared with a
 // double-precision dot product of the exactly decoded weights (cpu::decode_rows); bitwise results
 // where every partial sum is exact (fast and fallback scale paths, subnormal e4m3 codes, a NaN
-// scale); small odd shapes (partial row tiles, other K splits); row-level batch invariance; and
-// the launcher's checks (without a GPU).
+// scale); small odd shapes (partial row tiles, other K splits); row-level batch invariance; the
+// weights requested before the PDL wait and the activations after it; and the launcher's checks
+// (without a GPU).
 //
 // Tolerance, per output: |got - ref| <= B = 2^-14 * sum_k |x_k * w_k|, plus 2^-8 (|ref| + B) for
 // bf16 output (half a bf16 ulp of the rounded value: bf16 ratios near 1 are that rounding). The
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,6 +36,7 @@
 #include "core/tensor_view.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cuda/ops/act_quant.cuh"
+#include "kernels/cuda/ops/scale.cuh"
 #include "tests_support/error_of.h"
 
 namespace di {
@@ -154,7 +157,10 @@ Act small_int_act(int64_t rows, int64_t cols, int xe, ActPrecision prec, uint64_
 }
 
 // z as floats (bf16 widened); every element of the poisoned output must have been written.
-std::vector<float> run_wo_a(const Fp8Weight& w, const Act& a, cudaStream_t st) {
+// `before` (optional) runs right before the launch: it may enqueue the launch wo_a follows and
+// edit the parameters.
+std::vector<float> run_wo_a(const Fp8Weight& w, const Act& a, cudaStream_t st,
+                            const std::function<void(WoAParams&)>& before = nullptr) {
   const auto n = static_cast<size_t>(a.rows * w.rows());
   const bool bf16 = a.prec == ActPrecision::kBF16;
   DeviceBuffer z = bf16 ? poisoned<uint16_t>(n, st) : poisoned<float>(n, st);
@@ -169,6 +175,7 @@ std::vector<float> run_wo_a(const Fp8Weight& w, const Act& a, cudaStream_t st) {
   p.rank = w.rank;
   p.group_width = w.gw;
   p.z = z.data();
+  if (before) before(p);
   wo_a(p, st);
   if (bf16) return dense_test::from_bf16(download<uint16_t>(z, n, st));
   return download<float>(z, n, st);
@@ -376,6 +383,49 @@ TEST(WoAGpu, RowsAreBatchInvariant) {
     expect_rows(run_wo_a(w, make_act(prefix(7, 0), 7, width, prec, st), st), 7, 0, "7 rows");
     for (const int64_t r : {0, 13, 63, 200, 299})
       expect_rows(run_wo_a(w, make_act(prefix(1, r), 1, width, prec, st), st), 1, r, "alone");
+  }
+}
+
+// The weights' first ring stages are requested before wo_a waits for the launch it follows, the
+// activations after. Here that launch writes the activations into a poisoned buffer (a PDL
+// conversion from the other storage; the values are exact in bf16): z is bitwise the plain
+// launch's on ready activations, both storages, 1 / 16 / 200 rows, three repetitions.
+TEST(WoAGpu, WeightsBeforeTheWaitActivationsAfterIt) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const Fp8Weight w = random_weight(kG, kR, kGw, 32, 6000, st);
+  const int64_t width = kG * kGw;
+  uint64_t seed = 6100;
+  for (const ActPrecision prec : {ActPrecision::kF32, ActPrecision::kBF16}) {
+    for (const int64_t rows : {1, 16, 200}) {
+      const auto n = static_cast<size_t>(rows * width);
+      const std::vector<uint16_t> b = to_bf16(random_normal(n, ++seed));
+      const std::vector<float> v = dense_test::from_bf16(b);
+      const Act a = make_act(v, rows, width, prec, st);
+      const auto want = run_wo_a(w, a, st);
+      const bool bf16 = prec == ActPrecision::kBF16;
+      // The other storage of the same values, converted by the launch before wo_a.
+      const DeviceBuffer src = bf16 ? upload(v, st, "o fp32") : upload(b, st, "o bf16");
+      for (int rep = 0; rep < 3; ++rep) {
+        DeviceBuffer dst = bf16 ? poisoned<uint16_t>(n, st) : poisoned<float>(n, st);
+        const auto got = run_wo_a(w, a, st, [&](WoAParams& p) {
+          ConvertParams cp;
+          cp.src = src.data();
+          cp.src_precision = bf16 ? ActPrecision::kF32 : ActPrecision::kBF16;
+          cp.dst = dst.data();
+          cp.dst_precision = prec;
+          cp.n = static_cast<int64_t>(n);
+          convert_values(cp, st);
+          p.o = dst.data();
+        });
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(float_bits(got[i]), float_bits(want[i]))
+              << name_of(prec) << " rows " << rows << " rep " << rep << " element " << i;
+        }
+      }
+    }
   }
 }
 

@@ -12,7 +12,9 @@
 // tile; with the checkpoint's row-major order the stage was 32 pieces of 32 bytes and an L2::128B
 // prefetch hint: 25.3 -> 22.6 us at 1 row, bf16). The CTA's activations (16 tokens x its K slice)
 // are staged once in shared memory as bf16: bf16 storage as it is, fp32 storage as hi = bf16(x) and
-// lo = bf16(x - hi) (hi + lo = x to 2^-16 relative).
+// lo = bf16(x - hi) (hi + lo = x to 2^-16 relative). The weights' first kStages - 1 stages are
+// requested before the kernel waits for the launch it follows (under PDL its CTAs are resident
+// while the attention runs on a few SMs), the activations after the wait.
 //
 // Weights: e4m3 -> f16 with the hardware conversion (exact; every e4m3 value is a normal f16 or
 // zero), then the f16 bits shifted into bf16 bits (exponent field kept: the bf16 value is the
@@ -143,8 +145,9 @@ template <bool kF32, int kTokens>
 __global__ void __launch_bounds__(kThreads, kTokens == kSmallTokens ? 3 : (kF32 ? 1 : 2))
     wo_a_kernel(const WoAParams p, const WoAPlan plan) {
   constexpr int kNTiles = kTokens / 8;
-  cuda_detail::pdl_wait();
-  cuda_detail::pdl_launch_dependents();
+  // The weights and their scales are never written by earlier launches: the ring's first stages
+  // are requested before the wait for the launch this one follows (its attention output, the
+  // activations, are read after it), so they stream while that launch finishes.
   extern __shared__ __align__(128) uint8_t smem[];
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -194,8 +197,14 @@ __global__ void __launch_bounds__(kThreads, kTokens == kSmallTokens ? 3 : (kF32 
     }
   }
 
-  // Copy group 0: stage 0 (and the bf16 activations); groups 1 .. kStages - 2: the next stages.
-  if (nst > 0 && wrows > 0) issue(0);
+  // Copy groups 0 .. kStages - 2: the first stages (before the wait); group kStages - 1: the bf16
+  // activations (after it).
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nst && wrows > 0) issue(s);
+    cp_async_commit();
+  }
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
   if constexpr (!kF32) {
     const uint16_t* x = static_cast<const uint16_t*>(p.o) + t0 * orow + group * gw + k0;
     const int q = slice / 8;  // 16-byte pieces per token
@@ -206,10 +215,6 @@ __global__ void __launch_bounds__(kThreads, kTokens == kSmallTokens ? 3 : (kF32 
     }
   }
   cp_async_commit();
-  for (int s = 1; s < kStages - 1; ++s) {
-    if (s < nst && wrows > 0) issue(s);
-    cp_async_commit();
-  }
   if constexpr (kF32) {  // loads in batches of 4 per thread, then the hi / lo split
     const float* x = static_cast<const float*>(p.o) + t0 * orow + group * gw + k0;
     const int q = slice / 4, units = kTokens * q;
@@ -234,7 +239,10 @@ __global__ void __launch_bounds__(kThreads, kTokens == kSmallTokens ? 3 : (kF32 
       }
     }
   }
-  cp_async_wait<kStages - 2>();  // copy group 0 (the activations) has landed for every thread
+  // Every group so far (the activations last) has landed for every thread. In the stage loop,
+  // iteration st has kStages + st groups committed and waits for all but kStages - 2: stage st
+  // is group st (st < kStages - 1) or st + 1 (issued at iteration st - kStages + 1).
+  cp_async_wait<0>();
   __syncthreads();
 
   float acc[kMTiles][kNTiles][4] = {};
