@@ -62,7 +62,10 @@ static_assert(kStageCols == kFp4TileCols && 64 % kFp4TileRows == 0,
 __host__ __device__ constexpr int stage_bytes(int mtiles) {
   return 16 * mtiles * kStageCols / 2;
 }
-constexpr int kStages = 5;
+constexpr int kStages = 5;  // ring stages with two m64 tiles per CTA
+__host__ __device__ constexpr int ring_stages(int mtiles) {
+  return kStages * 2 / mtiles;
+}
 // K halves per 128-row slice (a 2-CTA cluster) from this k up; below it one CTA streams the whole
 // K. w2's k = 2304 is 18 stages: halves of 9 stages behind a 5-stage ring spend a large part of
 // their time filling and draining it.
@@ -76,8 +79,8 @@ constexpr int64_t kMaxK = 12288;
 __host__ __device__ constexpr int64_t gemm_smem_bytes(int64_t k, int groups, int split,
                                                       int mtiles) {
   const int64_t kbl_max = kBlocks * (((k / 32 + kBlocks - 1) / kBlocks + split - 1) / split);
-  return int64_t{kWarps} * kStages * stage_bytes(mtiles) +
-         int64_t{kStages} * groups * kBStageBytes +
+  return int64_t{kWarps} * ring_stages(mtiles) * stage_bytes(mtiles) +
+         int64_t{ring_stages(mtiles)} * groups * kBStageBytes +
          (8 * groups + int64_t{kWarps} * 16 * mtiles) * kbl_max;
 }
 
@@ -127,6 +130,9 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
   constexpr int kWarpRows = 16 * kMTiles;  // rows 16 w .. 16 w + 15 of each m64 tile
   constexpr int kCtaRows = 64 * kMTiles;
   constexpr int kStageBytes = stage_bytes(kMTiles);
+  // Ring depth: one m64 tile per CTA halves a stage, so the ring doubles (the same bytes in flight
+  // per warp as two tiles).
+  constexpr int kRing = ring_stages(kMTiles);
   // With tiles_early the tile, the weight scales and the first stages' weights are read before
   // the wait (none is written by the preceding launch), the activations after it.
   if (!p.tiles_early) cuda_detail::pdl_wait();
@@ -151,9 +157,9 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
   const int blk0 = kBlocks * s0;                                     // first block of the half
   const int kbl = max(0, min(kb, kBlocks * (s0 + nstages)) - blk0);  // its blocks
   const int kbl_max = kBlocks * half_stages;                         // shared-memory rows of scales
-  uint8_t* ring = smem + warp * kStages * kStageBytes;
-  uint8_t* bring = smem + kWarps * kStages * kStageBytes;  // activation stages
-  uint8_t* sx = bring + kStages * kGroups * kBStageBytes;
+  uint8_t* ring = smem + warp * kRing * kStageBytes;
+  uint8_t* bring = smem + kWarps * kRing * kStageBytes;  // activation stages
+  uint8_t* sx = bring + kRing * kGroups * kBStageBytes;
   uint8_t* sw = sx + kTok * kbl_max + warp * kWarpRows * kbl_max;
 
   // The CTA's m64 tiles (n % 64 == 0: a tile lies in one matrix); a tile past the end repeats
@@ -199,8 +205,8 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
   };
   // Copy group 0: the half's scale blocks [blk0, blk0 + kbl) of the warp's weight rows and of
   // the tile's tokens (4-byte copies when k / 32 % 4 == 0: every real shape; else plain loads),
-  // the first stage (with tiles_early: the weights of all kStages - 1 first stages, issued before
-  // the wait); groups 1 .. kStages - 2: the next stages.
+  // the first stage (with tiles_early: the weights of all kRing - 1 first stages, issued before
+  // the wait); groups 1 .. kRing - 2: the next stages.
   const bool words = kb % 4 == 0;
   const int wpr = words ? kbl / 4 : kbl;  // copies per row
   if (wpr > 0) {
@@ -225,7 +231,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
     }
   }
   if (p.tiles_early) {
-    for (int s = 0; s < kStages - 1 && s < nstages; ++s)
+    for (int s = 0; s < kRing - 1 && s < nstages; ++s)
       issue_w(s, s);
     cuda_detail::pdl_wait();
   }
@@ -269,7 +275,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
         sx[t * kbl_max + c] = valid ? src[c] : uint8_t{0};
     }
   }
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < kRing - 1; ++s) {
     if (s < nstages) {
       if (!p.tiles_early) issue_w(s, s);
       issue_x(s, s);
@@ -292,9 +298,9 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
   // columns 2 t4 + 1 are never stored, so their promotion is skipped (the outputs of the stored
   // column are the same operations either way).
   auto stage_loop = [&]<bool kOne>() {
-    int slot = 0, next_slot = kStages - 1;  // ring slots of stage s and of stage s + kStages - 1
+    int slot = 0, next_slot = kRing - 1;  // ring slots of stage s and of stage s + kRing - 1
     for (int s = 0; s < nstages; ++s) {
-      cp_async_wait<kStages - 2>();
+      cp_async_wait<kRing - 2>();
       fence_proxy_async_smem();  // this thread's copies of the stage -> the wgmma (async) proxy
       __syncthreads();           // every warp's part of the stage's activations has landed
       const uint8_t* st = ring + slot * kStageBytes;
@@ -396,13 +402,13 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
         promote_group(gi);
       }
       __syncwarp();
-      if (s + kStages - 1 < nstages) {
-        issue_w(s + kStages - 1, next_slot);
-        issue_x(s + kStages - 1, next_slot);
+      if (s + kRing - 1 < nstages) {
+        issue_w(s + kRing - 1, next_slot);
+        issue_x(s + kRing - 1, next_slot);
       }
       cp_async_commit();
-      slot = slot == kStages - 1 ? 0 : slot + 1;
-      next_slot = next_slot == kStages - 1 ? 0 : next_slot + 1;
+      slot = slot == kRing - 1 ? 0 : slot + 1;
+      next_slot = next_slot == kRing - 1 ? 0 : next_slot + 1;
     }
   };
   if (kGroups == 1 && tile.count == 1) {
@@ -416,7 +422,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
   // memory (rank 0's weight rings, idle once both have passed the first barrier); rank 0 adds
   // them after its own (fixed order) and stores.
   constexpr int kAcc = kGroups * kMTiles * 4;  // floats per thread
-  static_assert(kAcc * kWarps * 32 * 4 <= kWarps * kStages * kStageBytes, "reduction buffer");
+  static_assert(kAcc * kWarps * 32 * 4 <= kWarps * kRing * kStageBytes, "reduction buffer");
   float* red = reinterpret_cast<float*>(smem);
   if constexpr (kSplit == 2) {
     cg::cluster_group cluster = cg::this_cluster();
