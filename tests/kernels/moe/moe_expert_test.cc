@@ -361,6 +361,64 @@ TEST(MoeExpertGpu, PairRowsAreBatchInvariant) {
   }
 }
 
+// Rows `rows` of `a`, in that order, as an activation set of their own.
+Act select_rows(const Act& a, const std::vector<int64_t>& rows, cudaStream_t st) {
+  Act s;
+  s.rows = static_cast<int64_t>(rows.size());
+  s.k = a.k;
+  const auto k = static_cast<size_t>(a.k);
+  for (const int64_t r : rows) {
+    const auto r0 = static_cast<size_t>(r);
+    s.codes.insert(s.codes.end(), a.codes.begin() + r0 * k, a.codes.begin() + (r0 + 1) * k);
+    s.scales.insert(s.scales.end(), a.scales.begin() + r0 * k / 32,
+                    a.scales.begin() + (r0 + 1) * k / 32);
+    s.val.insert(s.val.end(), a.val.begin() + r0 * k, a.val.begin() + (r0 + 1) * k);
+  }
+  s.d_codes = upload(interleaved(s.codes), st, "act codes");
+  s.d_scales = upload(s.scales, st, "act scales");
+  return s;
+}
+
+// w2 (k = 2304, no K split): a token's outputs are bitwise the same decoded alone (6 tiles: one
+// m64 tile of weight rows per CTA) as in a batch of 24 (enough tiles for two per CTA).
+TEST(MoeExpertGpu, DownRowsAreBatchInvariantAcrossCtaShapes) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const ExpertSet w = make_experts(kE, 1, kDim, kInter, 2, 6000, st);
+  const int64_t rows = 24;
+  const std::vector<int32_t> ids = random_ids(rows, kE, kTopk, 6100);
+  const Routing big = route(ids, rows, kE, kTopk, st);
+  const Act h = random_act(big.pairs, kInter, 6200, st);
+  const std::vector<int32_t> ids0(ids.begin(), ids.begin() + kTopk);
+  const Routing one = route(ids0, 1, kE, kTopk, st);
+  // The alone token's pair j sits at one.pos[j]: the activations of big.pos[j].
+  std::vector<int64_t> src(kTopk);
+  for (int j = 0; j < kTopk; ++j)
+    src[static_cast<size_t>(one.pos[static_cast<size_t>(j)])] = big.pos[static_cast<size_t>(j)];
+  const Act h1 = select_rows(h, src, st);
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  std::vector<int> shapes;
+  const auto got_big =
+      run_gemm(big, h, false, w, kDim, ActPrecision::kF32, st,
+               [&](MoeExpertGemmParams& p) { shapes.push_back(moe_expert_cta_mtiles(p, sms)); });
+  const auto got_one =
+      run_gemm(one, h1, false, w, kDim, ActPrecision::kF32, st,
+               [&](MoeExpertGemmParams& p) { shapes.push_back(moe_expert_cta_mtiles(p, sms)); });
+  ASSERT_EQ(shapes, (std::vector<int>{2, 1})) << "the two launches must use both CTA shapes";
+  for (int j = 0; j < kTopk; ++j) {
+    const int64_t pb = big.pos[static_cast<size_t>(j)], po = one.pos[static_cast<size_t>(j)];
+    for (int64_t c = 0; c < kDim; ++c) {
+      ASSERT_EQ(dense_test::float_bits(got_big[static_cast<size_t>(pb * kDim + c)]),
+                dense_test::float_bits(got_one[static_cast<size_t>(po * kDim + c)]))
+          << "slot " << j << " col " << c;
+    }
+  }
+  check_gemm(got_one, one, h1, false, w, kDim, false, 1, "w2 alone");
+}
+
 // tiles_early (w2 after moe_swiglu_quant): the tile and the first stages' weights are read
 // before the kernel waits for the launch it follows, the activations after. Here that launch is
 // moe_interleave_act writing the activations into a poisoned buffer: the outputs are bitwise

@@ -2,25 +2,26 @@
 // streamed once per step at close to HBM speed, every tile of <= 8 pairs of an expert reads its
 // expert's weights once.
 //
-// moe_expert_gemm: grid (2 x 128-column slices of the mats * n outputs, expert tiles); the two
-//   CTAs of a slice form a cluster and split K in halves (a fixed split: a function of k only),
-//   4 CTAs per SM. Each of the CTA's 4 warps (one warpgroup) owns 16 rows of each of the CTA's
-//   two m64 tiles and streams them through its own 5-stage cp.async ring (128 K-columns = 4
-//   scale blocks = 2 KiB per stage: one K tile of the tiled codes, two contiguous 1 KiB runs);
-//   the same copy groups bring the stage's activations (8 tokens
-//   x 4 blocks, gathered through pair_index for w1/w3, a quarter per warp) into a CTA ring, so
-//   nothing waits for a prologue. Hopper has no FP4 tensor cores; an e2m1 nibble becomes an e4m3
-//   byte with sign at bit 7 and the three magnitude bits at bits 4..2 — that byte is the e2m1
-//   value times 2^-6 exactly (normal and subnormal codes alike), and 2^6 goes into the scale; the
-//   upload's bit order (fp4_expert_encode_byte) makes that one mask for the even nibbles and two
-//   shifts and masks for the odd ones. The even and odd nibbles of a byte land in different
-//   registers, so the tensor-core K order inside a 32-block is "even elements, then odd ones": the
-//   activations come in that order (moe_interleave_act / moe_swiglu_quant's interleaved output),
-//   which leaves every 32-block's dot product unchanged. Per stage: 8 wgmma m64n8k32 e4m3 with the
-//   weights from registers and the activations from shared memory, each from zero (exact inputs),
-//   then promoted into the fp32 accumulators as (partial * 2^(e_w + 6)) * 2^(e_x) in ascending
-//   block order; the second half's sums are added to the first's through distributed shared memory.
-//   Nothing depends on the other pairs of the tile (batch-invariant rows).
+// moe_expert_gemm: grid (split x 128-column slices of the mats * n outputs, expert tiles); at
+//   k >= 4096 (w1 | w3) the two CTAs of a slice form a cluster and split K in halves, below it
+//   (w2, k = 2304) one CTA takes the whole K: a fixed split, a function of k only. 4 CTAs per SM.
+//   Each of the CTA's 4 warps (one warpgroup) owns 16 rows of each of the CTA's two m64 tiles and
+//   streams them through its own 5-stage cp.async ring (128 K-columns = 4 scale blocks = 2 KiB per
+//   stage: one K tile of the tiled codes, two contiguous 1 KiB runs); the same copy groups bring
+//   the stage's activations (8 tokens x 4 blocks, gathered through pair_index for w1/w3, a quarter
+//   per warp) into a CTA ring, so nothing waits for a prologue. Hopper has no FP4 tensor cores; an
+//   e2m1 nibble becomes an e4m3 byte with sign at bit 7 and the three magnitude bits at bits 4..2 —
+//   that byte is the e2m1 value times 2^-6 exactly (normal and subnormal codes alike), and 2^6 goes
+//   into the scale; the upload's bit order (fp4_expert_encode_byte) makes that one mask for the
+//   even nibbles and two shifts and masks for the odd ones. The even and odd nibbles of a byte land
+//   in different registers, so the tensor-core K order inside a 32-block is "even elements, then
+//   odd ones": the activations come in that order (moe_interleave_act / moe_swiglu_quant's
+//   interleaved output), which leaves every 32-block's dot product unchanged. Per stage: 8 wgmma
+//   m64n8k32 e4m3 with the weights from registers and the activations from shared memory, each from
+//   zero (exact inputs), then promoted into the fp32 accumulators as (partial * 2^(e_w + 6)) *
+//   2^(e_x) in ascending block order; the second half's sums are added to the first's through
+//   distributed shared memory. Nothing depends on the other pairs of the tile (batch-invariant
+//   rows).
 // moe_expert_tiles: one CTA scans the per-expert pair counts (CUB block scan) into tiles.
 // moe_swiglu_quant: 8 lanes per 32-block; the CPU's element arithmetic, then act_quant.
 
@@ -51,27 +52,36 @@ using cuda_detail::cp_async4;
 using cuda_detail::cp_async_commit;
 using cuda_detail::cp_async_wait;
 
-constexpr int kWarps = 4;                // one warpgroup
-constexpr int kMTiles = 2;               // wgmma m64 tiles per CTA
-constexpr int kWarpRows = 16 * kMTiles;  // rows 16 w .. 16 w + 15 of each m64 tile
-constexpr int kCtaRows = 64 * kMTiles;
+constexpr int kWarps = 4;   // one warpgroup
 constexpr int kBlocks = 4;  // scale blocks of 32 K-columns per stage (8 measured 10-20 % slower)
 constexpr int kStageCols = 32 * kBlocks;
-static_assert(kStageCols == kFp4TileCols && kMTiles * 64 % kFp4TileRows == 0,
+static_assert(kStageCols == kFp4TileCols && 64 % kFp4TileRows == 0,
               "a stage is one K tile of the tiled FP4 codes");
-constexpr int kStageBytes = kWarpRows * kStageCols / 2;  // e2m1 codes per warp and stage
-constexpr int kStages = 5;
-constexpr int kSplit = 2;                    // K halves per 128-row slice: a 2-CTA cluster
+// e2m1 code bytes per warp and stage with `mtiles` wgmma m64 tiles per CTA (the warp's 16 rows
+// of each).
+__host__ __device__ constexpr int stage_bytes(int mtiles) {
+  return 16 * mtiles * kStageCols / 2;
+}
+constexpr int kStages = 5;  // ring stages with two m64 tiles per CTA
+__host__ __device__ constexpr int ring_stages(int mtiles) {
+  return kStages * 2 / mtiles;
+}
+// K halves per 128-row slice (a 2-CTA cluster) from this k up; below it one CTA streams the whole
+// K. w2's k = 2304 is 18 stages: halves of 9 stages behind a 5-stage ring spend a large part of
+// their time filling and draining it.
+constexpr int64_t kSplitMinK = 4096;
 constexpr int kBStageBytes = kBlocks * 256;  // a stage's activations of 8 tokens (32 B a block)
 constexpr int kTilesThreads = 1024;
 constexpr int64_t kMaxK = 12288;
 
 // Shared memory: the warps' weight rings, the activation ring, the half's activation scales and
 // weight scales (4 CTAs per SM at k = 5120 with one token group, 2 with eight).
-__host__ __device__ constexpr int64_t gemm_smem_bytes(int64_t k, int groups) {
-  const int64_t kbl_max = kBlocks * (((k / 32 + kBlocks - 1) / kBlocks + 1) / 2);
-  return int64_t{kWarps} * kStages * kStageBytes + int64_t{kStages} * groups * kBStageBytes +
-         (8 * groups + int64_t{kWarps} * kWarpRows) * kbl_max;
+__host__ __device__ constexpr int64_t gemm_smem_bytes(int64_t k, int groups, int split,
+                                                      int mtiles) {
+  const int64_t kbl_max = kBlocks * (((k / 32 + kBlocks - 1) / kBlocks + split - 1) / split);
+  return int64_t{kWarps} * ring_stages(mtiles) * stage_bytes(mtiles) +
+         int64_t{ring_stages(mtiles)} * groups * kBStageBytes +
+         (8 * groups + int64_t{kWarps} * 16 * mtiles) * kbl_max;
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_ptr) {
@@ -112,9 +122,17 @@ __device__ __forceinline__ int ring_offset(int r, int c) {
 
 // kGroups 8-token groups per tile (1: decode, 8: prefill); every group goes through the same
 // wgmma m64n8k32 instructions and promotion, so a pair's result does not depend on kGroups.
-template <int kGroups>
+// kMTiles wgmma m64 tiles (64 weight rows each) per CTA: an output's arithmetic is the same
+// either way, so the launch picks 1 where 2 would leave SM slots idle.
+template <int kGroups, int kSplit, int kMTiles>
 __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kGroups == 1 ? 4 : 2)
     moe_expert_gemm_kernel(const MoeExpertGemmParams p) {
+  constexpr int kWarpRows = 16 * kMTiles;  // rows 16 w .. 16 w + 15 of each m64 tile
+  constexpr int kCtaRows = 64 * kMTiles;
+  constexpr int kStageBytes = stage_bytes(kMTiles);
+  // Ring depth: one m64 tile per CTA halves a stage, so the ring doubles (the same bytes in flight
+  // per warp as two tiles).
+  constexpr int kRing = ring_stages(kMTiles);
   // With tiles_early the tile, the weight scales and the first stages' weights are read before
   // the wait (none is written by the preceding launch), the activations after it.
   if (!p.tiles_early) cuda_detail::pdl_wait();
@@ -128,17 +146,20 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
   }
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int kb = static_cast<int>(p.k / 32);
-  // This CTA's half of K (cluster rank 0: the first ceil(stages / 2) stages), in whole stages.
+  // This CTA's half of K (cluster rank 0: the first ceil(stages / 2) stages), in whole stages;
+  // all of it without a split.
+  static_assert(kSplit == 1 || kSplit == 2, "K in one CTA or in two halves");
   const int rank = static_cast<int>(blockIdx.x) % kSplit;
-  const int total_stages = (kb + kBlocks - 1) / kBlocks, half_stages = (total_stages + 1) / 2;
+  const int total_stages = (kb + kBlocks - 1) / kBlocks;
+  const int half_stages = (total_stages + kSplit - 1) / kSplit;
   const int s0 = rank == 0 ? 0 : half_stages;
   const int nstages = rank == 0 ? half_stages : total_stages - half_stages;
   const int blk0 = kBlocks * s0;                                     // first block of the half
   const int kbl = max(0, min(kb, kBlocks * (s0 + nstages)) - blk0);  // its blocks
   const int kbl_max = kBlocks * half_stages;                         // shared-memory rows of scales
-  uint8_t* ring = smem + warp * kStages * kStageBytes;
-  uint8_t* bring = smem + kWarps * kStages * kStageBytes;  // activation stages
-  uint8_t* sx = bring + kStages * kGroups * kBStageBytes;
+  uint8_t* ring = smem + warp * kRing * kStageBytes;
+  uint8_t* bring = smem + kWarps * kRing * kStageBytes;  // activation stages
+  uint8_t* sx = bring + kRing * kGroups * kBStageBytes;
   uint8_t* sw = sx + kTok * kbl_max + warp * kWarpRows * kbl_max;
 
   // The CTA's m64 tiles (n % 64 == 0: a tile lies in one matrix); a tile past the end repeats
@@ -156,7 +177,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
     wcodes[mt] = m.codes + fp4_expert_code_offset(row, 0, p.k);  // tiled: a stage is a K tile
     wscales[mt] = m.scales + row * kb;
   }
-  // Weights: the lane's 16-byte chunks of a stage are block lane % 4 of the local rows
+  // Weights: the lane's 2 kMTiles 16-byte chunks of a stage are block lane % 4 of the local rows
   // lane / 4 + 8 i (tile i / 2); the warp's 16 rows of a K tile are 1 KiB contiguous. Activations:
   // warp w copies block w of the stage for every group, chunk j = lane + 32 i being group j / 16,
   // token (j & 15) / 2, the even or odd half by j % 2, from the interleaved rows (kGroups = 1:
@@ -179,13 +200,13 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
     const int64_t go = valid ? int64_t{gs} * kFp4TileBytes : 0;
     const uint32_t dst = wdst0 + static_cast<uint32_t>(slot * kStageBytes);
 #pragma unroll
-    for (int i = 0; i < kBlocks; ++i)
+    for (int i = 0; i < 2 * kMTiles; ++i)
       cp_async16(dst + 512 * i, wsrc[i / 2] + go + (i % 2) * 8 * kFp4TileRowBytes, valid);
   };
   // Copy group 0: the half's scale blocks [blk0, blk0 + kbl) of the warp's weight rows and of
   // the tile's tokens (4-byte copies when k / 32 % 4 == 0: every real shape; else plain loads),
-  // the first stage (with tiles_early: the weights of all kStages - 1 first stages, issued before
-  // the wait); groups 1 .. kStages - 2: the next stages.
+  // the first stage (with tiles_early: the weights of all kRing - 1 first stages, issued before
+  // the wait); groups 1 .. kRing - 2: the next stages.
   const bool words = kb % 4 == 0;
   const int wpr = words ? kbl / 4 : kbl;  // copies per row
   if (wpr > 0) {
@@ -210,7 +231,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
     }
   }
   if (p.tiles_early) {
-    for (int s = 0; s < kStages - 1 && s < nstages; ++s)
+    for (int s = 0; s < kRing - 1 && s < nstages; ++s)
       issue_w(s, s);
     cuda_detail::pdl_wait();
   }
@@ -254,7 +275,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
         sx[t * kbl_max + c] = valid ? src[c] : uint8_t{0};
     }
   }
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < kRing - 1; ++s) {
     if (s < nstages) {
       if (!p.tiles_early) issue_w(s, s);
       issue_x(s, s);
@@ -277,9 +298,9 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
   // columns 2 t4 + 1 are never stored, so their promotion is skipped (the outputs of the stored
   // column are the same operations either way).
   auto stage_loop = [&]<bool kOne>() {
-    int slot = 0, next_slot = kStages - 1;  // ring slots of stage s and of stage s + kStages - 1
+    int slot = 0, next_slot = kRing - 1;  // ring slots of stage s and of stage s + kRing - 1
     for (int s = 0; s < nstages; ++s) {
-      cp_async_wait<kStages - 2>();
+      cp_async_wait<kRing - 2>();
       fence_proxy_async_smem();  // this thread's copies of the stage -> the wgmma (async) proxy
       __syncthreads();           // every warp's part of the stage's activations has landed
       const uint8_t* st = ring + slot * kStageBytes;
@@ -381,13 +402,13 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
         promote_group(gi);
       }
       __syncwarp();
-      if (s + kStages - 1 < nstages) {
-        issue_w(s + kStages - 1, next_slot);
-        issue_x(s + kStages - 1, next_slot);
+      if (s + kRing - 1 < nstages) {
+        issue_w(s + kRing - 1, next_slot);
+        issue_x(s + kRing - 1, next_slot);
       }
       cp_async_commit();
-      slot = slot == kStages - 1 ? 0 : slot + 1;
-      next_slot = next_slot == kStages - 1 ? 0 : next_slot + 1;
+      slot = slot == kRing - 1 ? 0 : slot + 1;
+      next_slot = next_slot == kRing - 1 ? 0 : next_slot + 1;
     }
   };
   if (kGroups == 1 && tile.count == 1) {
@@ -401,22 +422,24 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
   // memory (rank 0's weight rings, idle once both have passed the first barrier); rank 0 adds
   // them after its own (fixed order) and stores.
   constexpr int kAcc = kGroups * kMTiles * 4;  // floats per thread
-  static_assert(kAcc * kWarps * 32 * 4 <= kWarps * kStages * kStageBytes, "reduction buffer");
-  cg::cluster_group cluster = cg::this_cluster();
+  static_assert(kAcc * kWarps * 32 * 4 <= kWarps * kRing * kStageBytes, "reduction buffer");
   float* red = reinterpret_cast<float*>(smem);
-  cluster.sync();
-  if (rank == 1) {
-    float* remote = cluster.map_shared_rank(red, 0);
+  if constexpr (kSplit == 2) {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    if (rank == 1) {
+      float* remote = cluster.map_shared_rank(red, 0);
 #pragma unroll
-    for (int gi = 0; gi < kGroups; ++gi)
+      for (int gi = 0; gi < kGroups; ++gi)
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
+        for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          remote[((gi * kMTiles + mt) * 4 + i) * (kWarps * 32) + threadIdx.x] = acc[gi][mt][i];
+          for (int i = 0; i < 4; ++i)
+            remote[((gi * kMTiles + mt) * 4 + i) * (kWarps * 32) + threadIdx.x] = acc[gi][mt][i];
+    }
+    cluster.sync();
+    if (rank == 1) return;
   }
-  cluster.sync();
-  if (rank == 1) return;
 #pragma unroll
   for (int gi = 0; gi < kGroups; ++gi) {
 #pragma unroll
@@ -426,8 +449,9 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
       for (int i = 0; i < 4; ++i) {
         const int t = 8 * gi + 2 * t4 + (i & 1);
         if (t >= tile.count) continue;
-        const float v =
-            acc[gi][mt][i] + red[((gi * kMTiles + mt) * 4 + i) * (kWarps * 32) + threadIdx.x];
+        float v = acc[gi][mt][i];
+        if constexpr (kSplit == 2)
+          v += red[((gi * kMTiles + mt) * 4 + i) * (kWarps * 32) + threadIdx.x];
         const int64_t col = cta_col0 + 64 * mt + 16 * warp + g + (i >> 1) * 8;
         const int64_t o = (tile.first_pair + t) * out_cols + col;
         if (p.precision == ActPrecision::kF32) {
@@ -574,6 +598,14 @@ void moe_expert_tiles(const MoeExpertTilesParams& p, cudaStream_t stream) {
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
+int moe_expert_cta_mtiles(const MoeExpertGemmParams& p, int sm_count) {
+  // w2 at batch 1: 40 slices x 6 tiles = 240 CTAs of two m64 tiles for 4 x 132 slots.
+  const bool prefill = p.tile_tokens == kMoeTileTokensPrefill;
+  const int64_t split = p.k >= kSplitMinK ? 2 : 1;
+  const int64_t ctas = split * ((p.mats * p.n + 127) / 128) * p.tile_count;
+  return !prefill && split == 1 && ctas < int64_t{4} * sm_count ? 1 : 2;
+}
+
 void moe_expert_gemm(const MoeExpertGemmParams& p, cudaStream_t stream) {
   DI_CHECK(p.mats == 1 || p.mats == 2, "moe_expert_gemm: mats {} (1 or 2)", p.mats);
   DI_CHECK(p.n > 0 && p.n % 64 == 0, "moe_expert_gemm: n {} must be a positive multiple of 64",
@@ -597,12 +629,22 @@ void moe_expert_gemm(const MoeExpertGemmParams& p, cudaStream_t stream) {
            "<= 65535)",
            p.tile_count, bound, p.pairs, p.experts, p.tile_tokens);
   const bool prefill = p.tile_tokens == kMoeTileTokensPrefill;
-  const int64_t smem = gemm_smem_bytes(p.k, prefill ? kMoeTileTokensPrefill / 8 : 1);
-  auto* kernel =
-      prefill ? moe_expert_gemm_kernel<kMoeTileTokensPrefill / 8> : moe_expert_gemm_kernel<1>;
+  const int split = p.k >= kSplitMinK ? 2 : 1;
+  int device = 0, sms = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int mtiles = moe_expert_cta_mtiles(p, sms);
+  const int64_t smem = gemm_smem_bytes(p.k, prefill ? kMoeTileTokensPrefill / 8 : 1, split, mtiles);
+  constexpr int kPrefillGroups = kMoeTileTokensPrefill / 8;
+  auto* kernel = split == 2    ? (prefill ? moe_expert_gemm_kernel<kPrefillGroups, 2, 2>
+                                          : moe_expert_gemm_kernel<1, 2, 2>)
+                 : prefill     ? moe_expert_gemm_kernel<kPrefillGroups, 1, 2>
+                 : mtiles == 1 ? moe_expert_gemm_kernel<1, 1, 1>
+                               : moe_expert_gemm_kernel<1, 1, 2>;
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(kSplit * ((p.mats * p.n + kCtaRows - 1) / kCtaRows)),
+  const int64_t cta_rows = 64 * mtiles;
+  const dim3 grid(static_cast<unsigned>(split * ((p.mats * p.n + cta_rows - 1) / cta_rows)),
                   static_cast<unsigned>(p.tile_count));
   cuda_detail::launch_pdl(kernel, grid, kWarps * 32, static_cast<size_t>(smem), stream, p);
   DI_CUDA_CHECK(cudaGetLastError());

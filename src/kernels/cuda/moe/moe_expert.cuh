@@ -35,6 +35,11 @@ void moe_interleave_act(const MoeInterleaveParams& params, cudaStream_t stream);
 // out = the routed experts' FP4 GEMM over their pairs (decode regime: weight streaming).
 void moe_expert_gemm(const MoeExpertGemmParams& params, cudaStream_t stream);
 
+// The wgmma m64 tiles of weight rows per CTA moe_expert_gemm uses for `params` on a device of
+// `sm_count` SMs: 1 where 2 would leave slots of the wave idle (w2 at small decode batches),
+// else 2. Host-side choice; outputs are bitwise the same either way.
+int moe_expert_cta_mtiles(const MoeExpertGemmParams& params, int sm_count);
+
 // The w2 input: act_quant(routing weight * SwiGLU(g, u)).
 void moe_swiglu_quant(const MoeSwigluQuantParams& params, cudaStream_t stream);
 
