@@ -32,4 +32,11 @@ DeviceInfo device_info(int ordinal) {
   return info;
 }
 
+int current_sm_count() {
+  int device = 0, sms = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 }  // namespace di

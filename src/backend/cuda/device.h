@@ -19,4 +19,7 @@ int cuda_device_count() noexcept;
 // Properties of device `ordinal` (must be in [0, cuda_device_count())).
 DeviceInfo device_info(int ordinal);
 
+// SMs of the calling thread's current device (cudaGetDevice): the launchers' grid-size choices.
+int current_sm_count();
+
 }  // namespace di

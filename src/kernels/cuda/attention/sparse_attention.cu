@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
 #include "common/check.h"
 #include "kernels/cuda/attention/sparse_attention.cuh"
 #include "kernels/cuda/cp_async.cuh"
@@ -829,10 +830,7 @@ void launch(const SparseAttnParams& p, cudaStream_t stream) {
   const int chunks = num_chunks(p.topk_width);
   int split = p.head_split;
   if (split == 0) {
-    int device = 0, sms = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&device));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    split = 2 * p.rows * chunks <= sms ? 2 : 1;
+    split = 2 * p.rows * chunks <= current_sm_count() ? 2 : 1;
   }
   if (split == 2) {
     launch<T, 2>(p, chunks, stream);

@@ -36,6 +36,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
 #include "common/check.h"
 #include "common/fp8.h"
 #include "kernels/cuda/indexer/indexer.cuh"
@@ -502,9 +503,7 @@ void indexer_score(const IndexerScoreParams& p, cudaStream_t stream) {
   const bool prefill = p.rows_share_keys && p.rows >= kPrefillRows;
   int64_t keys_per_cta = 1024;
   if (!prefill) {
-    int device = 0, sms = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&device));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int sms = current_sm_count();
     const int64_t target_ctas = 2 * static_cast<int64_t>(sms);
     const int64_t per_row = std::max<int64_t>(1, target_ctas / p.rows);
     const int64_t unit = kDecodeStepKeys;

@@ -48,6 +48,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
 #include "common/check.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/indexer/indexer.cuh"
@@ -899,9 +900,7 @@ TopkPlan plan_topk(const IndexerTopkParams& p, const char* op) {
   }
   int64_t want = p.ctas_per_row;
   if (want == 0) {
-    int device = 0, sms = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&device));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int sms = current_sm_count();
     // Enough slices to keep them near kSliceTarget; with fewer rows than SMs, more (not shorter
     // than kMinSlice) so that the rows spread over the GPU.
     want = ceil_div(p.n, kSliceTarget);

@@ -34,6 +34,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
 #include "common/check.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
@@ -630,10 +631,7 @@ void moe_expert_gemm(const MoeExpertGemmParams& p, cudaStream_t stream) {
            p.tile_count, bound, p.pairs, p.experts, p.tile_tokens);
   const bool prefill = p.tile_tokens == kMoeTileTokensPrefill;
   const int split = p.k >= kSplitMinK ? 2 : 1;
-  int device = 0, sms = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&device));
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int mtiles = moe_expert_cta_mtiles(p, sms);
+  const int mtiles = moe_expert_cta_mtiles(p, current_sm_count());
   const int64_t smem = gemm_smem_bytes(p.k, prefill ? kMoeTileTokensPrefill / 8 : 1, split, mtiles);
   constexpr int kPrefillGroups = kMoeTileTokensPrefill / 8;
   auto* kernel = split == 2    ? (prefill ? moe_expert_gemm_kernel<kPrefillGroups, 2, 2>
