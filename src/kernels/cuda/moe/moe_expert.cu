@@ -5,23 +5,24 @@
 // moe_expert_gemm: grid (split x 128-column slices of the mats * n outputs, expert tiles); at
 //   k >= 4096 (w1 | w3) the two CTAs of a slice form a cluster and split K in halves, below it
 //   (w2, k = 2304) one CTA takes the whole K: a fixed split, a function of k only. 4 CTAs per SM.
-//   Each of the CTA's 4 warps (one warpgroup) owns 16 rows of each of the CTA's two m64 tiles and
-//   streams them through its own 5-stage cp.async ring (128 K-columns = 4 scale blocks = 2 KiB per
-//   stage: one K tile of the tiled codes, two contiguous 1 KiB runs); the same copy groups bring
-//   the stage's activations (8 tokens x 4 blocks, gathered through pair_index for w1/w3, a quarter
-//   per warp) into a CTA ring, so nothing waits for a prologue. Hopper has no FP4 tensor cores; an
-//   e2m1 nibble becomes an e4m3 byte with sign at bit 7 and the three magnitude bits at bits 4..2 —
-//   that byte is the e2m1 value times 2^-6 exactly (normal and subnormal codes alike), and 2^6 goes
-//   into the scale; the upload's bit order (fp4_expert_encode_byte) makes that one mask for the
-//   even nibbles and two shifts and masks for the odd ones. The even and odd nibbles of a byte land
-//   in different registers, so the tensor-core K order inside a 32-block is "even elements, then
-//   odd ones": the activations come in that order (moe_interleave_act / moe_swiglu_quant's
-//   interleaved output), which leaves every 32-block's dot product unchanged. Per stage: 8 wgmma
-//   m64n8k32 e4m3 with the weights from registers and the activations from shared memory, each from
-//   zero (exact inputs), then promoted into the fp32 accumulators as (partial * 2^(e_w + 6)) *
-//   2^(e_x) in ascending block order; the second half's sums are added to the first's through
-//   distributed shared memory. Nothing depends on the other pairs of the tile (batch-invariant
-//   rows).
+//   Each of the CTA's 4 warps (one warpgroup) owns 16 rows of each of the CTA's m64 tiles (two;
+//   one where two would leave SM slots idle, moe_expert_cta_mtiles) and streams them through its
+//   own cp.async ring (5 stages of 128 K-columns = 4 scale blocks = 2 KiB with two tiles: one K
+//   tile of the tiled codes, two contiguous 1 KiB runs; 10 stages of 1 KiB with one tile); the same
+//   copy groups bring the stage's activations (8 tokens x 4 blocks, gathered through pair_index for
+//   w1/w3, a quarter per warp) into a CTA ring, so nothing waits for a prologue. Hopper has no FP4
+//   tensor cores; an e2m1 nibble becomes an e4m3 byte with sign at bit 7 and the three magnitude
+//   bits at bits 4..2 — that byte is the e2m1 value times 2^-6 exactly (normal and subnormal codes
+//   alike), and 2^6 goes into the scale; the upload's bit order (fp4_expert_encode_byte) makes that
+//   one mask for the even nibbles and two shifts and masks for the odd ones. The even and odd
+//   nibbles of a byte land in different registers, so the tensor-core K order inside a 32-block is
+//   "even elements, then odd ones": the activations come in that order (moe_interleave_act /
+//   moe_swiglu_quant's interleaved output), which leaves every 32-block's dot product unchanged.
+//   Per stage: 8 wgmma m64n8k32 e4m3 with the weights from registers and the activations from
+//   shared memory, each from zero (exact inputs), then promoted into the fp32 accumulators as
+//   (partial * 2^(e_w + 6)) * 2^(e_x) in ascending block order; the second half's sums are added to
+//   the first's through distributed shared memory. Nothing depends on the other pairs of the tile
+//   (batch-invariant rows).
 // moe_expert_tiles: one CTA scans the per-expert pair counts (CUB block scan) into tiles.
 // moe_swiglu_quant: 8 lanes per 32-block; the CPU's element arithmetic, then act_quant.
 
@@ -71,6 +72,9 @@ __host__ __device__ constexpr int ring_stages(int mtiles) {
 // K. w2's k = 2304 is 18 stages: halves of 9 stages behind a 5-stage ring spend a large part of
 // their time filling and draining it.
 constexpr int64_t kSplitMinK = 4096;
+int k_split(int64_t k) {
+  return k >= kSplitMinK ? 2 : 1;
+}
 constexpr int kBStageBytes = kBlocks * 256;  // a stage's activations of 8 tokens (32 B a block)
 constexpr int kTilesThreads = 1024;
 constexpr int64_t kMaxK = 12288;
@@ -602,9 +606,8 @@ void moe_expert_tiles(const MoeExpertTilesParams& p, cudaStream_t stream) {
 int moe_expert_cta_mtiles(const MoeExpertGemmParams& p, int sm_count) {
   // w2 at batch 1: 40 slices x 6 tiles = 240 CTAs of two m64 tiles for 4 x 132 slots.
   const bool prefill = p.tile_tokens == kMoeTileTokensPrefill;
-  const int64_t split = p.k >= kSplitMinK ? 2 : 1;
-  const int64_t ctas = split * ((p.mats * p.n + 127) / 128) * p.tile_count;
-  return !prefill && split == 1 && ctas < int64_t{4} * sm_count ? 1 : 2;
+  const int64_t ctas = int64_t{k_split(p.k)} * ((p.mats * p.n + 127) / 128) * p.tile_count;
+  return !prefill && k_split(p.k) == 1 && ctas < int64_t{4} * sm_count ? 1 : 2;
 }
 
 void moe_expert_gemm(const MoeExpertGemmParams& p, cudaStream_t stream) {
@@ -630,7 +633,7 @@ void moe_expert_gemm(const MoeExpertGemmParams& p, cudaStream_t stream) {
            "<= 65535)",
            p.tile_count, bound, p.pairs, p.experts, p.tile_tokens);
   const bool prefill = p.tile_tokens == kMoeTileTokensPrefill;
-  const int split = p.k >= kSplitMinK ? 2 : 1;
+  const int split = k_split(p.k);
   const int mtiles = moe_expert_cta_mtiles(p, current_sm_count());
   const int64_t smem = gemm_smem_bytes(p.k, prefill ? kMoeTileTokensPrefill / 8 : 1, split, mtiles);
   constexpr int kPrefillGroups = kMoeTileTokensPrefill / 8;
