@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (device tool, carry [".carry"]) after scripts/gpu_ab_bundle.sh here:
+# the forward benchmark of each variant, alternated, after one discarded warm-up run (the first
+# run of a call reads up to 17 % slow), on the synthetic nine-layer V4.1-Flash checkpoint
+# (written once with the first variant's deepinfer). Logs to $OUT (or ./gpu-out); prints each
+# run's blocks line.
+#
+#   bash scripts/gpu_ab_run.sh [--batch B] [--runs N] [--decode N] [--gpu-only] VARIANT...
+set -uo pipefail
+out=${OUT:-gpu-out}
+mkdir -p "${out}"
+[[ -d .carry/ab ]] || tar -C .carry -xJf .carry/ab.tar.xz
+export LD_LIBRARY_PATH="$PWD/.carry/ab/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+batch=1 runs=2 decode=32 extra=() variants=()
+while (($#)); do
+  case "$1" in
+    --batch) batch=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --decode) decode=$2; shift 2 ;;
+    --gpu-only) extra+=(--gpu-only); shift ;;
+    *) variants+=("$1"); shift ;;
+  esac
+done
+((${#variants[@]})) || { echo "gpu_ab_run: name at least one variant" >&2; exit 2; }
+model=${MODEL_DIR:-/tmp/v41-roles}
+if [[ ! -f "${model}/config.json" ]]; then
+  .carry/ab/"${variants[0]}"/deepinfer synth --config v41-flash --out "${model}" \
+    --layer-ids 0,1,2,3,14,20,21,24,25 --experts 32 --no-vision --draft-blocks 0 \
+    > "${out}/synth.log" 2>&1 || { tail -n 3 "${out}/synth.log"; exit 1; }
+fi
+args=("${model}" --prompt 4096 --batch "${batch}" --decode "${decode}" --bf16
+      --extrapolate v41-flash "${extra[@]}")
+.carry/ab/"${variants[0]}"/cuda_forward_bench "${args[@]}" > "${out}/warm-up.log" 2>&1
+status=0
+for ((r = 1; r <= runs; ++r)); do
+  for v in "${variants[@]}"; do
+    log="${out}/forward-b${batch}-${v}-${r}.log"
+    .carry/ab/"${v}"/cuda_forward_bench "${args[@]}" > "${log}" 2>&1 || status=1
+    echo "${v} run ${r}: $(grep -E '^blocks' "${log}")"
+  done
+done
+exit "${status}"
