@@ -5,15 +5,21 @@
 # (written once with the first variant's deepinfer). Logs to $OUT (or ./gpu-out); prints each
 # run's blocks line.
 #
-#   bash scripts/gpu_ab_run.sh [--batch B] [--runs N] [--decode N] [--gpu-only] VARIANT...
+#   bash scripts/gpu_ab_run.sh [--parity V] [--batch B] [--runs N] [--decode N] [--gpu-only] VARIANT...
+#
+# --parity V first runs variant V's bundled *_test binaries and, with the fixture bundled
+# (gpu_ab_bundle.sh --fixture), `deepinfer replay-fixture --backend cuda` for fp32 (both index-key
+# behaviours) and bf16; a failure is reported in the exit status, the benchmarks still run.
+# (GTEST_FILTER in the environment applies to every test binary.)
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "${out}"
 [[ -d .carry/ab ]] || tar -C .carry -xJf .carry/ab.tar.xz
 export LD_LIBRARY_PATH="$PWD/.carry/ab/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-batch=1 runs=2 decode=32 extra=() variants=()
+batch=1 runs=2 decode=32 extra=() variants=() parity=""
 while (($#)); do
   case "$1" in
+    --parity) parity=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --decode) decode=$2; shift 2 ;;
@@ -22,6 +28,25 @@ while (($#)); do
   esac
 done
 ((${#variants[@]})) || { echo "gpu_ab_run: name at least one variant" >&2; exit 2; }
+status=0
+if [[ -n "${parity}" ]]; then
+  fx=.carry/ab/fixture
+  for t in .carry/ab/"${parity}"/*_test; do
+    [[ -x "${t}" ]] || continue
+    log="${out}/$(basename "${t}")-${parity}.log"
+    DI_FIXTURE_DIR="$PWD/${fx}" "${t}" > "${log}" 2>&1 || status=1
+    echo "${parity} $(basename "${t}"): $(grep -E '^\[  (PASSED|FAILED)  \]' "${log}" | tr '\n' ' ')"
+  done
+  if [[ -d "${fx}" && -x .carry/ab/"${parity}"/deepinfer ]]; then
+    for run in "fp32 intended" "fp32 shipped" "bf16 intended"; do
+      set -- ${run}
+      log="${out}/replay-${parity}-$1-$2.log"
+      .carry/ab/"${parity}"/deepinfer replay-fixture "${fx}" --backend cuda --precision "$1" \
+        --quirk "$2" > "${log}" 2>&1 || status=1
+      echo "${parity} replay-fixture $1 $2: $(tail -n 1 "${log}")"
+    done
+  fi
+fi
 model=${MODEL_DIR:-/tmp/v41-roles}
 if [[ ! -f "${model}/config.json" ]]; then
   .carry/ab/"${variants[0]}"/deepinfer synth --config v41-flash --out "${model}" \
@@ -31,7 +56,6 @@ fi
 args=("${model}" --prompt 4096 --batch "${batch}" --decode "${decode}" --bf16
       --extrapolate v41-flash "${extra[@]}")
 .carry/ab/"${variants[0]}"/cuda_forward_bench "${args[@]}" > "${out}/warm-up.log" 2>&1
-status=0
 for ((r = 1; r <= runs; ++r)); do
   for v in "${variants[@]}"; do
     log="${out}/forward-b${batch}-${v}-${r}.log"
