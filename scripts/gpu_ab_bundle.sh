@@ -11,6 +11,7 @@
 # fixture (for cuda_forward_test / replay-fixture). A call carries at most 64 MiB with the tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/gpu_carry_lib.sh
 stage=.carry/ab
 rm -rf "${stage}" .carry/ab.tar.xz
 mkdir -p "${stage}/lib"
@@ -28,18 +29,8 @@ for arg in "$@"; do
     cp "${f}" "${stage}/${name}/"
   done
 done
-# Shared libraries beyond glibc, libstdc++/libgcc and the CUDA driver/runtime/cuBLAS (the GPU
-# machine has none of the Debian -dev packages).
-for lib in $(ldd "${stage}"/*/* 2>/dev/null | awk '/=> \// {print $3}' | sort -u |
-             grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt)\.so'); do
-  cp -L "${lib}" "${stage}/lib/"
-done
-if ((fixture)); then
-  mkdir -p "${stage}/fixture"
-  src=../shared/fixtures/v41-tiny-a
-  cp "${src}"/{cases.json,cases.safetensors,config.json,engram_token_map.safetensors,inference_config.json,model.safetensors} \
-     "${stage}/fixture/"
-fi
+copy_carry_libs "${stage}/lib" "${stage}"/*/*
+if ((fixture)); then copy_tiny_fixture "${stage}/fixture"; fi
 tar -C .carry -cf - ab | xz -9 -T1 > .carry/ab.tar.xz
 rm -rf "${stage}"
 du -sh .carry/ab.tar.xz

@@ -12,6 +12,7 @@
 # behaviours) and bf16; a failure is reported in the exit status, the benchmarks still run.
 # (GTEST_FILTER in the environment applies to every test binary.)
 set -uo pipefail
+source scripts/gpu_carry_lib.sh
 out=${OUT:-gpu-out}
 mkdir -p "${out}"
 [[ -d .carry/ab ]] || tar -C .carry -xJf .carry/ab.tar.xz
@@ -39,18 +40,18 @@ if [[ -n "${parity}" ]]; then
   done
   if [[ -d "${fx}" && -x .carry/ab/"${parity}"/deepinfer ]]; then
     for run in "fp32 intended" "fp32 shipped" "bf16 intended"; do
-      set -- ${run}
-      log="${out}/replay-${parity}-$1-$2.log"
-      .carry/ab/"${parity}"/deepinfer replay-fixture "${fx}" --backend cuda --precision "$1" \
-        --quirk "$2" > "${log}" 2>&1 || status=1
-      echo "${parity} replay-fixture $1 $2: $(tail -n 1 "${log}")"
+      read -r prec quirk <<< "${run}"
+      log="${out}/replay-${parity}-${prec}-${quirk}.log"
+      .carry/ab/"${parity}"/deepinfer replay-fixture "${fx}" --backend cuda --precision "${prec}" \
+        --quirk "${quirk}" > "${log}" 2>&1 || status=1
+      echo "${parity} replay-fixture ${prec} ${quirk}: $(tail -n 1 "${log}")"
     done
   fi
 fi
 model=${MODEL_DIR:-/tmp/v41-roles}
 if [[ ! -f "${model}/config.json" ]]; then
   .carry/ab/"${variants[0]}"/deepinfer synth --config v41-flash --out "${model}" \
-    --layer-ids 0,1,2,3,14,20,21,24,25 --experts 32 --no-vision --draft-blocks 0 \
+    --layer-ids "${GPU_ROLES_LAYER_IDS}" --experts 32 --no-vision --draft-blocks 0 \
     > "${out}/synth.log" 2>&1 || { tail -n 3 "${out}/synth.log"; exit 1; }
 fi
 args=("${model}" --prompt 4096 --batch "${batch}" --decode "${decode}" --bf16

@@ -5,6 +5,7 @@
 # `bash scripts/gpu_run.sh`. DI_GPU_BUILD_DIR=DIR reuses binaries already built in DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/gpu_carry_lib.sh
 build=${DI_GPU_BUILD_DIR:-build/cuda-release}
 # DI_GPU_TESTS="a b": only these test binaries (a smaller carry).
 default_tests="kernel_test fp8_gemm_kernel_test dense_ops_kernel_test mhc_kernel_test
@@ -33,18 +34,10 @@ fi
 [[ -x "${build}/tools/deepinfer/deepinfer" ]] && bins+=("${build}/tools/deepinfer/deepinfer")
 cp "${bins[@]}" .carry/gpu/bin/
 # DI_GPU_NO_FIXTURE=1 leaves the fixture out (~20 MB compressed: a smaller carry).
-fixture=../shared/fixtures/v41-tiny-a
-if [[ -d "${fixture}" && -z "${DI_GPU_NO_FIXTURE:-}" ]]; then
-  mkdir -p .carry/gpu/fixtures/v41-tiny-a
-  cp "${fixture}"/{cases.json,cases.safetensors,config.json,engram_token_map.safetensors,inference_config.json,model.safetensors,trace.safetensors} \
-     .carry/gpu/fixtures/v41-tiny-a/
+if [[ -d ../shared/fixtures/v41-tiny-a && -z "${DI_GPU_NO_FIXTURE:-}" ]]; then
+  copy_tiny_fixture .carry/gpu/fixtures/v41-tiny-a trace.safetensors
 fi
-# Every shared library beyond glibc, libstdc++/libgcc and the CUDA driver (the GPU machine has
-# none of the Debian -dev packages: fmt, spdlog, pcre2, OpenMP runtime, ...).
-for lib in $(ldd "${bins[@]}" 2>/dev/null | awk '/=> \// {print $3}' | sort -u |
-             grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt)\.so'); do
-  cp -L "${lib}" .carry/gpu/lib/
-done
+copy_carry_libs .carry/gpu/lib "${bins[@]}"
 # One xz archive (the binaries compress ~3x): a device call carries at most 64 MiB with the tree.
 # scripts/gpu_run.sh unpacks it. DI_GPU_BUNDLE_KEEP=1 keeps the unpacked directory here.
 tar -C .carry -cf - gpu | xz -T"${DI_JOBS:-$(nproc)}" -6 > .carry/gpu.tar.xz

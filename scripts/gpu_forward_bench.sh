@@ -13,6 +13,7 @@
 #   BENCH_FLAGS=...   default "--bf16 --ops"; "" = fp32 activations (tensor-core linears)
 #   EXPERT_LAYERS=... default "0,2,3" (23 GB); "" skips the 384-expert runs
 set -uo pipefail
+source scripts/gpu_carry_lib.sh
 out=${OUT:-gpu-out}
 mkdir -p "${out}"
 if [[ -f .carry/gpu.tar.xz && ! -d .carry/gpu ]]; then tar -C .carry -xJf .carry/gpu.tar.xz; fi
@@ -27,7 +28,7 @@ synth() {  # DIR LAYER_IDS EXPERTS
   tail -n 1 "${out}/synth-$(basename "$1").log"
 }
 model=${MODEL_DIR:-/tmp/v41-roles}
-synth "${model}" "${LAYER_IDS:-0,1,2,3,14,20,21,24,25}" "${EXPERTS:-32}"
+synth "${model}" "${LAYER_IDS:-${GPU_ROLES_LAYER_IDS}}" "${EXPERTS:-32}"
 for run in ${RUNS:-4096:1 65536:1 4096:8 1024:64 256:256}; do
   ctx=${run%%:*} batch=${run##*:}
   log="${out}/cuda_forward_bench-${ctx}x${batch}.log"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Shared pieces of the GPU-machine scripts (sourced, not run): what a carried bundle needs beside
+# its binaries, and the synthetic checkpoint the forward benchmarks run on.
+
+# The nine V4.1-Flash layers of the forward benchmarks' synthetic checkpoint: one of every layer
+# role (deepinfer synth --layer-ids).
+GPU_ROLES_LAYER_IDS=0,1,2,3,14,20,21,24,25
+
+# copy_carry_libs DEST BINARY...: every shared library the binaries need beyond glibc,
+# libstdc++/libgcc and the CUDA driver/runtime/cuBLAS (the GPU machine has none of the Debian
+# -dev packages: fmt, spdlog, pcre2, the OpenMP runtime, ...).
+copy_carry_libs() {
+  local dest=$1 lib
+  shift
+  for lib in $(ldd "$@" 2>/dev/null | awk '/=> \// {print $3}' | sort -u |
+               grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt)\.so'); do
+    cp -L "${lib}" "${dest}/"
+  done
+}
+
+# copy_tiny_fixture DEST [FILE...]: the tiny golden fixture's files replay-fixture and
+# cuda_forward_test read, plus any further FILEs of it (trace.safetensors: ~30 MB more).
+copy_tiny_fixture() {
+  local dest=$1 src=../shared/fixtures/v41-tiny-a f
+  shift
+  mkdir -p "${dest}"
+  for f in cases.json cases.safetensors config.json engram_token_map.safetensors \
+           inference_config.json model.safetensors "$@"; do
+    cp "${src}/${f}" "${dest}/"
+  done
+}
