@@ -74,6 +74,16 @@ struct SparseAttnParams {
   int64_t comp_entries = 0;  // > 0: indices >= comp_entries are masked; the table's pages must
                              // hold that many entries per row (checked)
 
+  // DSpark draft block (delta spec §4.2): > 0 replaces the window rule. Every row of a
+  // sequence's block then attends to the ring positions max(0, chunk_start - window) ..
+  // chunk_start - 1 (the accepted context, from the ring: main_kv(p) is its newest entry) and to
+  // all block_rows entries chunk_kv rows chunk_row0 .. chunk_row0 + block_rows - 1 (the block's
+  // own kv at positions chunk_start ..; bidirectional within the block). No compressed entries
+  // (topk_width 0). The tensor-core kernel reads the block's entries as a second chunk of FP8
+  // entries, so block_rows <= 128 (kAttnChunk); the reference is cpu::sparse_attention over the
+  // ring ∪ block entries (Model::dspark_attention).
+  int32_t block_rows = 0;
+
   const float* sink = nullptr;        // [heads] fp32
   float scale = 0.0f;                 // softmax scale (head_dim^-1/2)
   const float* rope_freqs = nullptr;  // [rope_dim / 2] fp32: inverse RoPE of the output tail

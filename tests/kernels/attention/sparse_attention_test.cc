@@ -102,6 +102,9 @@ struct Case {
   // (separate launch), both outputs' bytes kept.
   bool q_rope_check = false;
   int head_split = 0;  // SparseAttnParams::head_split (0: chosen by the grid)
+  // > 0: a DSpark draft block (SparseAttnParams::block_rows): every row of a sequence attends to
+  // the ring before its chunk and to the chunk's first block_rows entries (topk_width 0).
+  int block_rows = 0;
 };
 
 struct Result {
@@ -187,7 +190,15 @@ Result run_case(const Case& c) {
     r0_of_row[static_cast<size_t>(r)] = chunk_row0[static_cast<size_t>(s)];
     std::vector<double> entries;
     auto add = [&](const float* v) { entries.insert(entries.end(), v, v + kD); };
-    for (int64_t t = std::max<int64_t>(0, pos - c.window + 1); t <= pos; ++t) {
+    if (c.block_rows > 0) {
+      // Model::dspark_attention: the filled ring slots, then every entry of the block.
+      const int64_t cs = chunk_start[static_cast<size_t>(s)];
+      for (int64_t t = std::max<int64_t>(0, cs - c.window); t < cs; ++t)
+        add(swa.values[static_cast<size_t>(s)].data() + (kRing * c.window + t % c.window) * kD);
+      for (int64_t k = 0; k < c.block_rows; ++k)
+        add(chunk_vals[static_cast<size_t>(s)].data() + k * kD);
+    }
+    for (int64_t t = std::max<int64_t>(0, pos - c.window + 1); c.block_rows == 0 && t <= pos; ++t) {
       if (t < chunk_start[static_cast<size_t>(s)]) {
         add(swa.values[static_cast<size_t>(s)].data() + (kRing * c.window + t % c.window) * kD);
       } else {
@@ -266,6 +277,7 @@ Result run_case(const Case& c) {
   p.rope_freqs = d_freqs.as<float>();
   p.fp32_reference = c.fp32_reference;
   p.head_split = c.head_split;
+  p.block_rows = c.block_rows;
   sparse_attention(p, st);
   DI_CUDA_CHECK(cudaStreamSynchronize(st));
   if (c.q_rope_check) {
@@ -328,6 +340,47 @@ void expect_close(const Result& r, double tol, const char* what) {
   }
   EXPECT_LE(worst, tol) << what;
   std::printf("%s: worst normwise relative error %.3g\n", what, worst);
+}
+
+// DSpark draft blocks of 5 rows (V4.1's dspark_block_size) after contexts of 1, 60, 127, 128,
+// 129 and 5000 accepted tokens (ring partly filled, exactly full, wrapped): each row at its own
+// position (its RoPE), all rows seeing the same entries.
+Case draft_case(ActPrecision prec, uint64_t seed) {
+  Case c;
+  c.precision = prec;
+  c.seed = seed;
+  c.block_rows = 5;
+  c.topk_width = 0;
+  for (const int64_t accepted : {1, 60, 127, 128, 129, 5000}) {
+    const int s = static_cast<int>(c.seqs.size());
+    c.seqs.push_back({accepted + 4, 5, 0});  // chunk positions accepted .. accepted + 4
+    for (int r = 0; r < 5; ++r) {
+      c.row_seq.push_back(s);
+      c.row_pos.push_back(accepted + r);
+    }
+  }
+  return c;
+}
+
+TEST(SparseAttentionGpu, DraftBlockMatchesCpu) {
+  DI_REQUIRE_GPU();
+  for (const ActPrecision prec : {ActPrecision::kF32, ActPrecision::kBF16}) {
+    for (const bool generic : {false, true}) {
+      Case c = draft_case(prec, 61);
+      c.fp32_reference = generic && prec == ActPrecision::kF32;
+      if (generic && !c.fp32_reference) continue;
+      c.single_row = 17;
+      const Result r = run_case(c);
+      expect_close(r, prec == ActPrecision::kF32 ? (generic ? 1e-5 : 1e-4) : 1e-2,
+                   generic ? "draft block, fp32 reference kernel" : "draft block");
+      // A row of the block alone gives the same bits as within the batch.
+      ASSERT_EQ(r.single.size(), static_cast<size_t>(kH) * kD);
+      if (prec == ActPrecision::kF32) {
+        EXPECT_EQ(0, std::memcmp(r.single.data(), r.gpu.data() + 17 * kH * kD,
+                                 r.single.size() * sizeof(float)));
+      }
+    }
+  }
 }
 
 Case decode_case(ActPrecision prec, uint64_t seed) {

@@ -2,13 +2,14 @@
 //
 // 1. Chunk attention, one CTA per (query row, chunk of up to 128 entries, part of the heads):
 //    chunk 0 is the window (FP8 SWA entries), chunk c >= 1 the top-k slots [128 (c - 1), 128 c)
-//    (FP4 compressed entries). The CTA holds its 64 / kSplit query heads in shared memory (bf16; in
-//    fp32 precision as a hi + lo pair of bf16 so that q = hi + lo to ~2^-17 relative) and streams
-//    its entries in tiles of 32: each entry is read from global memory once per CTA and
-//    dequantised to bf16 — exact: an e4m3 code times a power of two, or an e2m1 value times an
-//    e4m3 scale, has at most 6 significant bits — into a double-buffered shared tile that its
-//    heads use. Tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate) compute S = Q K^T and O +=
-//    P V; the softmax is the usual online one in the log2 domain. 8 warps in head groups of 16:
+//    (FP4 compressed entries); a DSpark draft block has chunk 0 = the ring before the block and
+//    chunk 1 = the block's own FP8 entries. The CTA holds its 64 / kSplit query heads in shared
+//    memory (bf16; in fp32 precision as a hi + lo pair of bf16 so that q = hi + lo to ~2^-17
+//    relative) and streams its entries in tiles of 32: each entry is read from global memory once
+//    per CTA and dequantised to bf16 — exact: an e4m3 code times a power of two, or an e2m1 value
+//    times an e4m3 scale, has at most 6 significant bits — into a double-buffered shared tile that
+//    its heads use. Tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate) compute S = Q K^T and O
+//    += P V; the softmax is the usual online one in the log2 domain. 8 warps in head groups of 16:
 //    kSplit 1 (all 64 heads) has 4 groups of 2 warps, a warp taking 16 of a tile's entries for S
 //    and 256 value dims for O; kSplit 2 (two CTAs per (row, chunk), for batches whose grid is
 //    under a wave) has 2 groups of 4 warps, 8 entries and 128 dims each, which halves each warp's
@@ -309,7 +310,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Entry addresses of this chunk (nullptr = masked) and which tiles hold any entry.
   if (tid < kChunk) {
     const uint8_t* e = nullptr;
-    if (chunk == 0) {
+    if (p.block_rows > 0) {
+      // A DSpark draft block: chunk 0 the ring before the block, chunk 1 the block's entries.
+      const int64_t cs = p.chunk_start[row];
+      if (chunk == 0) {
+        const int64_t t = cs - p.window + tid;
+        if (tid < p.window && t >= 0) {
+          e = paged_entry(p.swa, seq, static_cast<int64_t>(p.ring_block) * p.window + t % p.window);
+        }
+      } else if (tid < p.block_rows) {
+        e = p.chunk_kv + (p.chunk_row0[row] + tid) * kSwaEntryBytes;
+      }
+    } else if (chunk == 0) {
       if (tid < p.window) {
         const int64_t t = pos - p.window + 1 + tid;
         const int64_t cs = p.chunk_start[row];
@@ -393,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  const bool fp4 = chunk > 0;
+  const bool fp4 = chunk > 0 && p.block_rows == 0;  // a draft block's chunk 1 is FP8 too
   // Tiles holding at least one entry, as a bit mask (a fully masked tile changes nothing: its
   // alpha is 1 and its P is 0, so skipping it keeps the result bitwise the same).
   uint32_t tile_mask = 0;
@@ -789,8 +801,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   cluster.sync();  // the other CTAs may still read this CTA's shared memory
 }
 
-int num_chunks(int topk_width) {
-  return 1 + (topk_width + kChunk - 1) / kChunk;
+int num_chunks(const SparseAttnParams& p) {
+  if (p.block_rows > 0) return 2;  // the ring, the draft block
+  return 1 + (p.topk_width + kChunk - 1) / kChunk;
 }
 
 // Raise the kernel's shared-memory limit (a host-side attribute of the current device's function;
@@ -827,7 +840,7 @@ void launch(const SparseAttnParams& p, int chunks, cudaStream_t stream) {
 // serial chain is what bounds a small batch; past a wave the second dequantisation costs more.
 template <typename T>
 void launch(const SparseAttnParams& p, cudaStream_t stream) {
-  const int chunks = num_chunks(p.topk_width);
+  const int chunks = num_chunks(p);
   int split = p.head_split;
   if (split == 0) {
     split = 2 * p.rows * chunks <= current_sm_count() ? 2 : 1;
@@ -859,6 +872,12 @@ void sparse_attention(const SparseAttnParams& p, cudaStream_t stream) {
   const int max_topk = tensor_core ? 7 * kChunk : kAttnGenericMaxTopk;
   DI_CHECK(p.window > 0 && p.window <= kChunk, "sparse_attention: window {} must be in [1, {}]",
            p.window, kChunk);
+  DI_CHECK(p.block_rows >= 0 && p.block_rows <= kChunk,
+           "sparse_attention: block_rows {} must be in [0, {}]", p.block_rows, kChunk);
+  DI_CHECK(p.block_rows == 0 || (p.topk_width == 0 && p.chunk_kv != nullptr),
+           "sparse_attention: a draft block (block_rows {}) reads its entries from chunk_kv and "
+           "no top-k (topk_width {})",
+           p.block_rows, p.topk_width);
   DI_CHECK(p.topk_width >= 0 && p.topk_width <= max_topk,
            "sparse_attention: topk_width {} must be in [0, {}] ({} heads x {})", p.topk_width,
            max_topk, p.heads, p.head_dim);

@@ -4,8 +4,9 @@
 // (query row, head), fp32 CUDA-core math on the dequantised entry values (bitwise the values of
 // cpu::unpack_*: an e4m3 code times a power of two, or an e2m1 value times an e4m3 scale, is
 // exact in fp32):
-// 1. the addresses of the row's entries (window positions, then top-k slots; nullptr = masked)
-//    and the head's q row into shared memory;
+// 1. the addresses of the row's entries (window positions, then top-k slots; nullptr = masked;
+//    a DSpark draft block: the ring before the block, then the block's own entries) and the
+//    head's q row into shared memory;
 // 2. scores s_e = (q . kv_e) * scale * log2(e), one warp per entry: lane l sums the dims l, l + 32,
 //    ... in ascending order (fp32 fma), then a fixed xor butterfly;
 // 3. M = max_e s_e, p_e = 2^(s_e - M), their sum in a fixed order (thread-strided, butterfly,
@@ -37,11 +38,27 @@ constexpr float kLog2e = 1.4426950408889634f;
 using ops_detail::store1;
 using ops_detail::to_float;
 
+// Entries of a row after the window's: the top-k slots, or a draft block's own entries.
+__host__ __device__ __forceinline__ int extra_entries(const SparseAttnParams& p) {
+  return p.block_rows > 0 ? p.block_rows : p.topk_width;
+}
+
 // Address of entry e of a row (e < window: window position pos - window + 1 + e, from the ring or
-// chunk_kv; else top-k slot e - window), nullptr when masked. The same rules as the tensor-core
-// kernel's entry table.
+// chunk_kv; else top-k slot e - window), nullptr when masked. A draft block (block_rows > 0):
+// e < window is ring position chunk_start - window + e, else block entry e - window of chunk_kv.
+// The same rules as the tensor-core kernel's entry table.
 __device__ const uint8_t* entry_address(const SparseAttnParams& p, int row, int64_t seq,
                                         int64_t pos, int e) {
+  if (p.block_rows > 0) {
+    const int64_t cs = p.chunk_start[row];
+    if (e < p.window) {
+      const int64_t t = cs - p.window + e;
+      return t >= 0 ? paged_entry(p.swa, seq,
+                                  static_cast<int64_t>(p.ring_block) * p.window + t % p.window)
+                    : nullptr;
+    }
+    return p.chunk_kv + (p.chunk_row0[row] + (e - p.window)) * swa_entry_bytes(p.head_dim);
+  }
   if (e < p.window) {
     const int64_t t = pos - p.window + 1 + e;
     const int64_t cs = p.chunk_start[row];
@@ -98,7 +115,7 @@ __device__ float block_reduce(float v, float* s_red) {
 
 // Shared memory: [n] entry addresses, [n] scores then weights, [head_dim] q, [kWarps] reduction.
 int smem_bytes(const SparseAttnParams& p) {
-  const int n = p.window + p.topk_width;
+  const int n = p.window + extra_entries(p);
   return n * static_cast<int>(sizeof(void*) + sizeof(float)) +
          (p.head_dim + kWarps) * static_cast<int>(sizeof(float));
 }
@@ -109,7 +126,8 @@ __global__ void __launch_bounds__(kThreads) sparse_attn_generic_kernel(const Spa
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
   extern __shared__ __align__(16) uint8_t smem[];
-  const int n = p.window + p.topk_width;
+  const int n = p.window + extra_entries(p);
+  const bool all_swa = p.block_rows > 0;  // a draft block's entries are SWA entries too
   const int dim = p.head_dim;
   const uint8_t** s_ptr = reinterpret_cast<const uint8_t**>(smem);
   float* s_p = reinterpret_cast<float*>(s_ptr + n);
@@ -149,7 +167,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attn_generic_kernel(const Spa
       if (lane == 0) s_p[e] = -INFINITY;
       continue;
     }
-    const bool swa = e < p.window;
+    const bool swa = all_swa || e < p.window;
     float acc = 0.0f;
     for (int d = lane; d < dim; d += 32)
       acc = fmaf(s_q[d], entry_value(kv, swa, dim, d), acc);
@@ -183,7 +201,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attn_generic_kernel(const Spa
     const float w = s_p[e];
     if (w == 0.0f) continue;
     const uint8_t* kv = s_ptr[e];
-    const bool swa = e < p.window;
+    const bool swa = all_swa || e < p.window;
 #pragma unroll
     for (int i = 0; i < kMaxPairs; ++i) {
       const int d = 2 * (tid + kThreads * i);
