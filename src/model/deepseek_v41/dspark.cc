@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "kernels/cpu/markov.h"
 #include "kernels/cpu/mhc.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/quant.h"
@@ -144,12 +145,7 @@ DraftResult Model<T>::dspark_step(SequenceState& state, int64_t input_id,
     cpu::decode_rows(*last.markov_embed, prev, prev + 1, m.data());
     const Vec bias = linear(m, 1, *last.markov_head);
     T* lr = logits.data() + r * V;
-    for (int64_t v = 0; v < V; ++v)
-      lr[v] += bias[static_cast<size_t>(v)];
-    int64_t best = 0;
-    for (int64_t v = 1; v < V; ++v) {
-      if (lr[v] > lr[best]) best = v;
-    }
+    const int64_t best = cpu::markov_bias_argmax(lr, bias.data(), V);
     res.draft_ids[static_cast<size_t>(r)] = best;
     res.logits[static_cast<size_t>(r)].assign(lr, lr + V);
     // Confidence: proj([x_r ; m_r]), a raw logit.
