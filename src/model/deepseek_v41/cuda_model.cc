@@ -5,7 +5,9 @@
 // fixed-size pages in the quantised formats of kernels/params/kv_cache.h, laid out and accounted
 // by a KvCacheManager (the engine's own layout, so its budget is this pool's size); the ratio-2
 // tails are rows of a separate device array. A forward call runs all of its chunks as one batched
-// step: every launch covers the rows of every sequence.
+// step: every launch covers the rows of every sequence. DSpark drafting (dspark_on_gpu) runs the
+// draft stages as further blocks of the same kind over the draft rows, with their rings in the
+// same SWA table (dspark_step_gpu, dspark_prefill_gpu at the end of this file).
 
 #include "model/deepseek_v41/cuda_model.h"
 
@@ -46,6 +48,7 @@
 #include "kernels/cuda/ops/act_quant.cuh"
 #include "kernels/cuda/ops/embedding.cuh"
 #include "kernels/cuda/ops/lm_head.cuh"
+#include "kernels/cuda/ops/markov.cuh"
 #include "kernels/cuda/ops/rmsnorm.cuh"
 #include "kernels/cuda/ops/rope.cuh"
 #include "kernels/cuda/ops/scale.cuh"
@@ -162,6 +165,7 @@ class CudaSeqState final : public SequenceState {
   EngramHistory engram;
   int64_t last_index_publisher = -1;
   std::unique_ptr<SequenceState> draft;  // the CPU drafter's state (models with DSpark stages)
+  int64_t draft_tokens = 0;              // GPU drafter: positions whose main_kv the rings took
   std::vector<int32_t> tail_row;         // per block: ratio-2 tail row, -1 for other blocks
 };
 
@@ -201,15 +205,20 @@ class CudaModel final : public ForwardModel {
 
   std::unique_ptr<SequenceState> new_sequence() const override;
   ForwardResult forward(std::span<const SequenceChunk> chunks) override;
-  // DSpark drafting runs on the CPU reference for now (the draft-block attention kernel does not
-  // exist yet): the drafter reads only the backbone's taps and its own per-stage rings.
+  // DSpark drafting on the GPU (dspark_on_gpu) or on the CPU reference: either reads only the
+  // backbone's taps and its own per-stage rings.
   void dspark_prefill(SequenceState& state,
                       const std::vector<std::vector<double>>& main_hidden_rows) override {
-    drafter_->dspark_prefill(draft_state(state), main_hidden_rows);
+    if (drafter_) {
+      drafter_->dspark_prefill(draft_state(state), main_hidden_rows);
+    } else {
+      dspark_prefill_gpu(gpu_draft_state(state), main_hidden_rows);
+    }
   }
   DraftResult dspark_step(SequenceState& state, int64_t input_id,
                           const std::vector<double>& main_hidden_row) override {
-    return drafter_->dspark_step(draft_state(state), input_id, main_hidden_row);
+    if (drafter_) return drafter_->dspark_step(draft_state(state), input_id, main_hidden_row);
+    return dspark_step_gpu(gpu_draft_state(state), input_id, main_hidden_row);
   }
   int64_t vocab_size() const override { return cfg_.vocab_size; }
   const std::vector<double>& block_ms() const {
@@ -246,6 +255,18 @@ class CudaModel final : public ForwardModel {
   };
 
   SequenceState& draft_state(SequenceState& state) const;
+  CudaSeqState& gpu_draft_state(SequenceState& state) const;
+  // The GPU drafter (delta spec §4.2; Model::dspark_prefill / dspark_step are the reference).
+  void dspark_prefill_gpu(CudaSeqState& st, const std::vector<std::vector<double>>& rows);
+  DraftResult dspark_step_gpu(CudaSeqState& st, int64_t input_id, const std::vector<double>& row);
+  // main_x = main_norm(main_proj(taps)) of the given tap rows into "dspark.main_x".
+  void dspark_main_x(const std::vector<const std::vector<double>*>& rows);
+  // main_kv of the "dspark.main_x" rows (rows "dspark.main_seq" / "dspark.main_pos", per sequence
+  // "dspark.main_end") into the ring of draft stage block i: only accepted context enters a ring.
+  void dspark_main_kv(int64_t i, const PagedTable& swa, int64_t rows);
+  // A step's start: the previous step's pinned uploads are free once its work ran.
+  void begin_step();
+  bool gpu_drafter() const { return cfg_.num_nextn_predict_layers > 0 && cuda_.dspark_on_gpu; }
   void upload_weights();
   DevFp8 fp8(const WeightRef& w, const std::string& tag, bool wo_a_tiles = false);
   DevBf16 bf16(const WeightRef& w, const std::string& tag);
@@ -269,6 +290,9 @@ class CudaModel final : public ForwardModel {
   // Grows every sequence's pages to its new length, uploads the step's page lists and builds the
   // SWA table and the compressed-KV / index-key tables of every owner.
   void build_tables(Step& step);
+  // Uploads the page lists of the given layout tables for the step's sequences (one upload) and
+  // returns their paged tables, in the order asked.
+  std::vector<PagedTable> page_tables(const Step& step, const std::vector<size_t>& tables);
 
   void forward_step(Step& step, std::span<const SequenceChunk> chunks, ForwardResult& res);
   void block_forward(int64_t i, const Step& step, Shared& shared);
@@ -329,7 +353,15 @@ class CudaModel final : public ForwardModel {
   ModelWeights<float> host_;  // zero-copy views + small vectors decoded once (CPU binding)
   std::optional<CompressedTokenMap> token_map_;
   std::optional<EngramHashParams> engram_params_;
-  std::unique_ptr<Model<float>> drafter_;  // DSpark stages on the CPU reference (interim)
+  std::unique_ptr<Model<float>> drafter_;  // DSpark stages on the CPU reference (!dspark_on_gpu)
+  // The GPU drafter's weights besides its stage blocks (blocks_[num_layers ..]).
+  struct DevDraft {
+    DevFp8 main_proj;  // mtp.0.main_proj
+    const float* main_norm = nullptr;
+    const float* norm = nullptr;  // mtp.<last>.norm
+    DevBf16 markov_embed, markov_head, confidence;
+  };
+  DevDraft draft_;
   Stream stream_;
   // The side stream (an independent branch of a layer: the attention's KV side, the shared
   // expert), and the stream the launch helpers use (stream_ except between fork_side() and
@@ -473,7 +505,7 @@ CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Fo
     engram_params_ = make_engram_hash_params(cfg_, *token_map_);
     place_engram_tables(host_, opts_.engram_tables);  // the host gathers their rows
   }
-  if (cfg_.num_nextn_predict_layers > 0) {
+  if (cfg_.num_nextn_predict_layers > 0 && !cuda_.dspark_on_gpu) {
     ForwardOptions drafter_opts = opts_;
     drafter_opts.engram_tables = EngramTables::kMapped;  // the same mapping, placed above
     drafter_ = std::make_unique<Model<float>>(ckpt_, cfg_, drafter_opts, token_map_);
@@ -548,9 +580,12 @@ void CudaModel::upload_weights() {
     return DevHc{pool_.upload_vec(packed, tag + ".fn"), f32(h.scale, tag + ".scale"),
                  f32(h.base, tag + ".base")};
   };
-  const auto n_backbone = static_cast<size_t>(cfg_.num_layers);
-  blocks_.resize(n_backbone);
-  for (size_t i = 0; i < n_backbone; ++i) {
+  // The backbone's blocks, then (GPU drafter) the draft stages' blocks: the same weight names.
+  const auto n_blocks = static_cast<size_t>(gpu_drafter() ? cfg_.num_blocks() : cfg_.num_layers);
+  DI_CHECK(host_.blocks.size() >= n_blocks, "CUDA backend: {} blocks bound, {} needed",
+           host_.blocks.size(), n_blocks);
+  blocks_.resize(n_blocks);
+  for (size_t i = 0; i < n_blocks; ++i) {
     const BlockWeights<float>& w = host_.blocks[i];
     DevBlock& d = blocks_[i];
     const std::string P = w.plan.prefix;
@@ -627,6 +662,34 @@ void CudaModel::upload_weights() {
       d.engram_qk = f32(w.engram_qk, P + "engram.qk");
     }
   }
+  if (gpu_drafter()) {
+    const BlockWeights<float>& s0 = host_.blocks[static_cast<size_t>(cfg_.num_layers)];
+    const BlockWeights<float>& last = host_.blocks[n_blocks - 1];
+    DI_CHECK(s0.main_proj && !s0.main_norm.empty() && !last.final_norm.empty() &&
+                 last.markov_embed && last.markov_head && last.confidence_proj,
+             "CUDA backend: the DSpark stages lack main_proj / main_norm / norm / markov_head / "
+             "confidence_head weights");
+    draft_.main_proj = fp8(*s0.main_proj, s0.plan.prefix + "main_proj");
+    draft_.main_norm = f32(s0.main_norm, s0.plan.prefix + "main_norm");
+    draft_.norm = f32(last.final_norm, last.plan.prefix + "norm");
+    draft_.markov_embed = bf16(*last.markov_embed, last.plan.prefix + "markov_head.embed");
+    draft_.markov_head = bf16(*last.markov_head, last.plan.prefix + "markov_head.head");
+    draft_.confidence = bf16(*last.confidence_proj, last.plan.prefix + "confidence_head.proj");
+    const int64_t rank = cfg_.dspark_markov_rank;
+    DI_CHECK(cfg_.dspark_block_size >= 1 && cfg_.dspark_block_size <= kAttnChunk &&
+                 cfg_.dspark_noise_token_id >= 0 && cfg_.dspark_noise_token_id < cfg_.vocab_size,
+             "CUDA backend: DSpark block size {} (1..{}) or noise token id {} (vocabulary {})",
+             cfg_.dspark_block_size, kAttnChunk, cfg_.dspark_noise_token_id, cfg_.vocab_size);
+    DI_CHECK(draft_.markov_embed.k == rank && draft_.markov_head.k == rank &&
+                 draft_.markov_embed.n == cfg_.vocab_size &&
+                 draft_.markov_head.n == cfg_.vocab_size && draft_.confidence.n == 1 &&
+                 draft_.confidence.k == D + rank && draft_.main_proj.n == D,
+             "CUDA backend: DSpark head shapes (markov embed [{}, {}], head [{}, {}], confidence "
+             "[{}, {}], main_proj [{}, {}]) do not match vocab {}, markov rank {}, hidden {}",
+             draft_.markov_embed.n, draft_.markov_embed.k, draft_.markov_head.n,
+             draft_.markov_head.k, draft_.confidence.n, draft_.confidence.k, draft_.main_proj.n,
+             draft_.main_proj.k, cfg_.vocab_size, rank, D);
+  }
   stream_.synchronize();
 }
 
@@ -691,6 +754,22 @@ PagedTable CudaModel::paged(size_t table, const int32_t* pages, int32_t stride) 
   return p;
 }
 
+void CudaModel::begin_step() {
+  stream_.synchronize();
+  side_.synchronize();
+  uploads_.reset();
+  ls_ = stream_.get();  // a step that threw between the fork and the join left the side stream
+  op_count_ = 0;        // a step that threw left its events unread
+}
+
+CudaSeqState& CudaModel::gpu_draft_state(SequenceState& state) const {
+  auto* st = dynamic_cast<CudaSeqState*>(&state);
+  DI_CHECK(st != nullptr, "DSpark: sequence state of another model or backend");
+  DI_CHECK(st->kv == dkv_, "DSpark: sequence state of another CUDA model");
+  DI_CHECK(gpu_drafter(), "DSpark: this model has no draft stages");
+  return *st;
+}
+
 SequenceState& CudaModel::draft_state(SequenceState& state) const {
   auto* st = dynamic_cast<CudaSeqState*>(&state);
   DI_CHECK(st != nullptr, "DSpark: sequence state of another model or backend");
@@ -748,21 +827,38 @@ void CudaModel::build_tables(Step& step) {
     }
     kv.allocate(q.st->id, total);
   }
-  // Page lists of every table in one upload: [batch, stride] per table, stride = the most
-  // pages any sequence of the step holds there (shorter lists padded with their first page or 0;
-  // padded slots lie past the entries a sequence ever reads or writes).
+  std::vector<size_t> tables = {layout.table_index(StateKind::kSwaRing, 0)};
+  for (const auto& [block, owner] : owner_) {
+    tables.push_back(layout.table_index(StateKind::kCompressedKv, owner));
+    tables.push_back(layout.table_index(StateKind::kIndexKeys, owner));
+  }
+  const std::vector<PagedTable> t = page_tables(step, tables);
+  step.swa = t[0];
+  size_t k = 1;
+  for (const auto& [block, owner] : owner_) {
+    step.comp[block] = t[k++];
+    step.keys[block] = t[k++];
+  }
+}
+
+std::vector<PagedTable> CudaModel::page_tables(const Step& step,
+                                               const std::vector<size_t>& tables) {
+  const KvCacheManager& kv = dkv_->kv;
+  const StateLayout& layout = kv.layout();
+  // Page lists of the tables in one upload: [batch, stride] per table, stride = the most pages any
+  // sequence of the step holds there (shorter lists padded with their first page or 0; padded
+  // slots lie past the entries a sequence ever reads or writes).
   std::vector<int32_t> flat;
-  std::vector<std::pair<size_t, int32_t>> where(layout.tables().size());  // offset, stride
-  for (size_t t = 0; t < layout.tables().size(); ++t) {
+  std::vector<std::pair<size_t, int32_t>> where;  // offset, stride
+  for (const size_t t : tables) {
+    const StateTable& st = layout.tables().at(t);
     int64_t stride = 1;
     for (const StepSeq& q : step.seqs) {
-      const StateTable& st = layout.tables()[t];
       stride = std::max<int64_t>(
           stride, static_cast<int64_t>(kv.pages(q.st->id, st.kind, st.owner).size()));
     }
-    where[t] = {flat.size(), static_cast<int32_t>(stride)};
+    where.emplace_back(flat.size(), static_cast<int32_t>(stride));
     for (const StepSeq& q : step.seqs) {
-      const StateTable& st = layout.tables()[t];
       const std::span<const int32_t> pages = kv.pages(q.st->id, st.kind, st.owner);
       for (int64_t j = 0; j < stride; ++j) {
         flat.push_back(j < static_cast<int64_t>(pages.size()) ? pages[static_cast<size_t>(j)]
@@ -771,12 +867,10 @@ void CudaModel::build_tables(Step& step) {
     }
   }
   const int32_t* dev = upload<int32_t>("page_lists", flat);
-  auto table_of = [&](size_t t) { return paged(t, dev + where[t].first, where[t].second); };
-  step.swa = table_of(layout.table_index(StateKind::kSwaRing, 0));
-  for (const auto& [block, owner] : owner_) {
-    step.comp[block] = table_of(layout.table_index(StateKind::kCompressedKv, owner));
-    step.keys[block] = table_of(layout.table_index(StateKind::kIndexKeys, owner));
-  }
+  std::vector<PagedTable> out;
+  for (size_t k = 0; k < tables.size(); ++k)
+    out.push_back(paged(tables[k], dev + where[k].first, where[k].second));
+  return out;
 }
 
 void CudaModel::gemm_q(const uint8_t* xq, const uint8_t* xs, int64_t m, const DevFp8& w,
@@ -975,12 +1069,8 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   // The pinned uploads of the previous step are free once its copies ran (a no-op wait after a
   // completed step; after a step that threw, queued copies may still read them).
   stamp(step_checked_);
-  stream_.synchronize();
-  side_.synchronize();
+  begin_step();
   stamp(step_prev_synced_);
-  uploads_.reset();
-  ls_ = stream_.get();  // a step that threw between the fork and the join left the side stream
-  op_count_ = 0;        // a step that threw left its events unread
   if (cuda_.start_delay_us > 0) gpu_spin(cuda_.start_delay_us, stream_.get());
   mark_op("(step start)");
   stamp(step_tables_begin_);
@@ -1341,6 +1431,9 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   const bool own_topk =
       p.compress_ratio > 0 && (p.mode == AttnMode::kFull || p.mode == AttnMode::kReindex);
   const bool run_indexer = own_topk && compress_len > 0;
+  // A DSpark draft stage (Model::dspark_attention): main_kv(p) enters the ring, the block's own
+  // kv stays in chunk_kv, and every draft row attends to the ring and the whole block.
+  const bool draft = p.draft_stage >= 0;
   const bool fork = side_ok();
   if (fork) fork_side();
   void* kv = act("kv", S * hd);
@@ -1361,7 +1454,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   // A row at position p replaces ring slot p - window, which no query of its own sequence reads
   // unless the sequence has more than one row in the step: with one row per sequence (decode)
   // the ring is written here, beside the chunk's copy, instead of in a launch after the attention.
-  const bool ring_now = S == B;
+  const bool ring_now = S == B && !draft;
   sw.write_ring = ring_now;
   sw.eps = static_cast<float>(cfg_.rms_norm_eps);
   sw.dim = static_cast<int32_t>(hd);
@@ -1369,6 +1462,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   sw.precision = act_;
   swa_write(sw, ls_);
   after("swa_write");
+  if (draft) dspark_main_kv(i, swa, B);
   const void* xn = act("xn", S * cfg_.hidden_size);
   if (p.compress_ratio > 0 && p.mode == AttnMode::kFull) compress(i, step, xn);
   if (run_indexer) index_weights(i, S, xn);
@@ -1415,6 +1509,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   ap.ring_block = static_cast<int32_t>(i);
   ap.window = static_cast<int32_t>(win);
   ap.chunk_kv = buf<uint8_t>("chunk_kv", S * swa_bytes_);
+  if (draft) ap.block_rows = static_cast<int32_t>(S / B);  // the block size: B blocks of rows
   if (p.compress_ratio > 0 && compress_len > 0 && shared.topk_width > 0) {
     // Row r reads only entries its own top-k names (< its sequence's visible count), all held by
     // its sequence's pages; shorter sequences' page lists are padded (build_tables).
@@ -1434,7 +1529,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   sparse_attention(ap, stream_.get());
   after("sparse_attention");
   trace_act(i, "attn.o", ap.out, {S, H, hd});
-  if (!ring_now) {
+  if (!ring_now && !draft) {
     sw.write_ring = true;
     sw.chunk_entries = nullptr;
     swa_write(sw, stream_.get());
@@ -1932,6 +2027,275 @@ void CudaModel::engram(int64_t i, EngramRows& rows_in, int64_t S) {
   gp.precision = act_;
   engram_gate_mix(gp, stream_.get());
   after("engram_gate_mix");
+}
+
+// ---------------------------------------------------------------------------------------------
+// DSpark drafting on the GPU (delta spec §4.2; Model::dspark_prefill / dspark_step).
+
+void CudaModel::dspark_main_x(const std::vector<const std::vector<double>*>& rows) {
+  const int64_t D = cfg_.hidden_size, n = static_cast<int64_t>(rows.size());
+  const int64_t k = draft_.main_proj.k;  // taps of the target layers, concatenated
+  // The taps in the activation precision (bf16 taps widened by the backbone: exact again).
+  std::vector<uint8_t> bytes(static_cast<size_t>(n * k) * act_bytes());
+  for (int64_t r = 0; r < n; ++r) {
+    const std::vector<double>& row = *rows[static_cast<size_t>(r)];
+    DI_CHECK(static_cast<int64_t>(row.size()) == k,
+             "dspark: main_hidden row has {} values, main_proj expects {}", row.size(), k);
+    for (int64_t c = 0; c < k; ++c) {
+      const auto f = static_cast<float>(row[static_cast<size_t>(c)]);
+      const auto at = static_cast<size_t>(r * k + c);
+      if (act_ == ActPrecision::kBF16) {
+        const uint16_t b = bf16_from_float(f);
+        std::memcpy(bytes.data() + 2 * at, &b, 2);
+      } else {
+        std::memcpy(bytes.data() + 4 * at, &f, 4);
+      }
+    }
+  }
+  const uint8_t* taps = upload<uint8_t>("dspark.taps", bytes);
+  void* mx = act("dspark.main_x", n * D);
+  gemm_x(taps, n, draft_.main_proj, mx);  // linear_q: act_quant 32, FP8 GEMM
+  RmsNormParams np;
+  np.x = mx;
+  np.weight = draft_.main_norm;
+  np.y = mx;
+  np.rows = n;
+  np.dim = D;
+  np.eps = static_cast<float>(cfg_.rms_norm_eps);
+  np.precision = act_;
+  rms_norm(np, ls_);
+  after("rms_norm (main_norm)");
+}
+
+void CudaModel::dspark_main_kv(int64_t i, const PagedTable& swa, int64_t rows) {
+  const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const int64_t hd = cfg_.head_dim;
+  void* kv = act("dspark.main_kv", rows * hd);
+  gemm_x(act("dspark.main_x", rows * cfg_.hidden_size), rows, w.wkv, kv);
+  SwaWriteParams sw;
+  sw.x = kv;
+  sw.norm_weight = w.kv_norm;
+  sw.freqs = freqs_for(i);
+  sw.seq = buf<int32_t>("dspark.main_seq", rows);
+  sw.positions = buf<int64_t>("dspark.main_pos", rows);
+  // Only each sequence's newest `window` rows reach its ring (no two rows race for a slot).
+  sw.seq_end = buf<int64_t>("dspark.main_end", 1);
+  sw.table = swa;
+  sw.rows = rows;
+  sw.ring_block = static_cast<int32_t>(i);
+  sw.window = static_cast<int32_t>(cfg_.sliding_window);
+  sw.write_ring = true;
+  sw.eps = static_cast<float>(cfg_.rms_norm_eps);
+  sw.dim = static_cast<int32_t>(hd);
+  sw.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
+  sw.precision = act_;
+  swa_write(sw, ls_);
+  after("swa_write (main_kv)", i);
+}
+
+void CudaModel::dspark_prefill_gpu(CudaSeqState& st,
+                                   const std::vector<std::vector<double>>& main_hidden_rows) {
+  DI_CUDA_CHECK(cudaSetDevice(cuda_.device));
+  const auto n = static_cast<int64_t>(main_hidden_rows.size());
+  if (n == 0) return;
+  begin_step();
+  Step step;
+  step.seqs.push_back({&st, st.draft_tokens, n, 0, {}, {}});
+  step.rows = n;
+  DI_CHECK(
+      !dkv_->kv.pages(st.id, StateKind::kSwaRing, 0).empty(),
+      "dspark_prefill: the sequence holds no cache pages yet (run its backbone prefill first)");
+  const PagedTable swa =
+      page_tables(step, {dkv_->kv.layout().table_index(StateKind::kSwaRing, 0)}).at(0);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r)
+    pos[static_cast<size_t>(r)] = st.draft_tokens + r;
+  upload<int32_t>("dspark.main_seq", std::vector<int32_t>(static_cast<size_t>(n), 0));
+  upload<int64_t>("dspark.main_pos", pos);
+  upload<int64_t>("dspark.main_end", std::vector<int64_t>{st.draft_tokens + n});
+  std::vector<const std::vector<double>*> rows;
+  for (const auto& r : main_hidden_rows)
+    rows.push_back(&r);
+  dspark_main_x(rows);
+  for (int64_t s = 0; s < cfg_.num_nextn_predict_layers; ++s) {
+    cur_block_ = cfg_.num_layers + s;
+    dspark_main_kv(cur_block_, swa, n);
+  }
+  cur_block_ = -1;
+  stream_.synchronize();
+  collect_op_times();
+  st.draft_tokens += n;
+}
+
+DraftResult CudaModel::dspark_step_gpu(CudaSeqState& st, int64_t input_id,
+                                       const std::vector<double>& main_hidden_row) {
+  DI_CUDA_CHECK(cudaSetDevice(cuda_.device));
+  DI_CHECK(input_id >= 0 && input_id < cfg_.vocab_size, "dspark: input id {} outside vocabulary",
+           input_id);
+  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
+  const int64_t bsz = cfg_.dspark_block_size, rank = cfg_.dspark_markov_rank;
+  const int64_t B = 1;  // sequences drafted together (the interface drafts one at a time)
+  const int64_t R = B * bsz;
+  const auto ab = static_cast<int64_t>(act_bytes());
+  DI_CHECK(!dkv_->kv.pages(st.id, StateKind::kSwaRing, 0).empty(),
+           "dspark_step: the sequence holds no cache pages yet (run its backbone prefill first)");
+  begin_step();
+  const int64_t p = st.draft_tokens;  // the backbone token just consumed
+  Step step;
+  step.seqs.push_back({&st, p + 1, bsz, 0, {}, {}});
+  step.rows = R;
+  step.swa = page_tables(step, {dkv_->kv.layout().table_index(StateKind::kSwaRing, 0)}).at(0);
+  // The draft rows (positions p + 1 .. p + bsz of one block per sequence) under the names the
+  // block launches read, and the main row of each sequence (position p).
+  std::vector<int64_t> positions, ids, chunk_start, chunk_row0;
+  std::vector<int32_t> seq;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t r = 0; r < bsz; ++r) {
+      positions.push_back(p + 1 + r);
+      seq.push_back(static_cast<int32_t>(b));
+      chunk_start.push_back(p + 1);
+      chunk_row0.push_back(b * bsz);
+      ids.push_back(r == 0 ? input_id : cfg_.dspark_noise_token_id);
+    }
+  }
+  upload<int64_t>("positions", positions);
+  upload<int32_t>("seq", seq);
+  upload<int64_t>("seq_end", std::vector<int64_t>{p + 1 + bsz});
+  upload<int64_t>("chunk_start", chunk_start);
+  upload<int64_t>("chunk_row0", chunk_row0);
+  upload<int32_t>("dspark.main_seq", std::vector<int32_t>{0});
+  upload<int64_t>("dspark.main_pos", std::vector<int64_t>{p});
+  upload<int64_t>("dspark.main_end", std::vector<int64_t>{p + 1});
+  image_rows_ = false;  // draft rows are text: the stages' routers use `bias` only
+  step.seq = seq;
+  step.positions = positions;
+  dspark_main_x({&main_hidden_row});
+  trace_act(-1, "dspark.main_x", act("dspark.main_x", B * D), {B, D});
+
+  // Block ids [input, noise x (bsz - 1)], embedded into every hc stream; pre-mix one-hot.
+  EmbeddingParams ep;
+  ep.table = embed_;
+  ep.ids = upload<int64_t>("ids", ids);
+  ep.out = act("h", R * hc * D);
+  ep.rows = R;
+  ep.vocab = V;
+  ep.dim = D;
+  ep.copies = hc;
+  ep.precision = act_;
+  embedding_gather(ep, stream_.get());
+  after("embedding_gather");
+  std::vector<float> pre0(static_cast<size_t>(R * hc), 0.0f);
+  for (int64_t r = 0; r < R; ++r)
+    pre0[static_cast<size_t>(r * hc)] = 1.0f;
+  upload<float>("pre_mix", pre0);
+  Shared shared;
+  for (int64_t s = 0; s < cfg_.num_nextn_predict_layers; ++s) {
+    cur_block_ = cfg_.num_layers + s;
+    block_forward(cur_block_, step, shared);
+  }
+  cur_block_ = -1;
+
+  // The last stage's head: collapse with its FFN pre-mix, the stage norm, the shared LM head.
+  void* x = act("dspark.x", R * D);
+  MhcCollapseParams cp;
+  cp.stream = act("h", R * hc * D);
+  cp.pre = buf<float>("pre_mix", R * hc);
+  cp.tokens = R;
+  cp.dim = D;
+  cp.storage = mhc_storage();
+  cp.out = x;
+  mhc_collapse(cp, stream_.get());
+  after("mhc_collapse (DSpark)");
+  trace_act(-1, "dspark.x", x, {R, D});
+  void* xn = act("dspark.xn", R * D);
+  RmsNormParams np;
+  np.x = x;
+  np.weight = draft_.norm;
+  np.y = xn;
+  np.rows = R;
+  np.dim = D;
+  np.eps = static_cast<float>(cfg_.rms_norm_eps);
+  np.precision = act_;
+  rms_norm(np, stream_.get());
+  after("rms_norm (DSpark)");
+  float* logits = buf<float>("dspark.logits", R * V);
+  gemv_bf16(xn, R, head_, logits);
+  // The confidence head's input rows [x_r ; m_r]: x now, m_r as the Markov loop embeds it.
+  const int64_t cw = D + rank;
+  auto* cat = static_cast<uint8_t*>(act("dspark.cat", R * cw));
+  DI_CUDA_CHECK(cudaMemcpy2DAsync(cat, static_cast<size_t>(cw * ab), x, static_cast<size_t>(D * ab),
+                                  static_cast<size_t>(D * ab), static_cast<size_t>(R),
+                                  cudaMemcpyDeviceToDevice, stream_.get()));
+  mark_op("dspark cat x");
+  // The Markov loop, row by row over all sequences at once: m = embed[prev], bias = head . m,
+  // logits_r += bias, prev = argmax (the greedy draft).
+  int64_t* prev =
+      upload<int64_t>("dspark.prev", std::vector<int64_t>(static_cast<size_t>(B), input_id));
+  int64_t* drafts = buf<int64_t>("dspark.drafts", R);
+  void* m = act("dspark.m", B * rank);
+  float* bias = buf<float>("dspark.bias", B * V);
+  for (int64_t r = 0; r < bsz; ++r) {
+    EmbeddingParams mp;
+    mp.table = draft_.markov_embed.w;
+    mp.ids = prev;
+    mp.out = m;
+    mp.rows = B;
+    mp.vocab = draft_.markov_embed.n;
+    mp.dim = rank;
+    mp.copies = 1;
+    mp.precision = act_;
+    embedding_gather(mp, stream_.get());
+    after("embedding_gather (markov)");
+    DI_CUDA_CHECK(cudaMemcpy2DAsync(cat + (r * cw + D) * ab, static_cast<size_t>(bsz * cw * ab), m,
+                                    static_cast<size_t>(rank * ab), static_cast<size_t>(rank * ab),
+                                    static_cast<size_t>(B), cudaMemcpyDeviceToDevice,
+                                    stream_.get()));
+    mark_op("dspark cat m");
+    gemv_bf16(m, B, draft_.markov_head, bias);
+    MarkovStepParams mk;
+    mk.logits = logits + r * V;
+    mk.logits_stride = bsz * V;
+    mk.bias = bias;
+    mk.next = prev;
+    mk.drafts = drafts + r;
+    mk.drafts_stride = bsz;
+    mk.rows = B;
+    mk.vocab = V;
+    markov_step(mk, stream_.get());
+    after("markov_step");
+  }
+  float* conf = buf<float>("dspark.confidence", R);
+  gemv_bf16(cat, R, draft_.confidence, conf);  // proj([x_r ; m_r]): a raw fp32 logit
+
+  // Results into pinned memory, one synchronisation.
+  auto* h_logits = reinterpret_cast<float*>(
+      uploads_.allocate(static_cast<size_t>(R * V) * sizeof(float), 64).data());
+  auto* h_drafts = reinterpret_cast<int64_t*>(
+      uploads_.allocate(static_cast<size_t>(R) * sizeof(int64_t), 64).data());
+  auto* h_conf = reinterpret_cast<float*>(
+      uploads_.allocate(static_cast<size_t>(R) * sizeof(float), 64).data());
+  DI_CUDA_CHECK(cudaMemcpyAsync(h_logits, logits, static_cast<size_t>(R * V) * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream_.get()));
+  DI_CUDA_CHECK(cudaMemcpyAsync(h_drafts, drafts, static_cast<size_t>(R) * sizeof(int64_t),
+                                cudaMemcpyDeviceToHost, stream_.get()));
+  DI_CUDA_CHECK(cudaMemcpyAsync(h_conf, conf, static_cast<size_t>(R) * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream_.get()));
+  mark_op("dspark results to host");
+  stream_.synchronize();
+  collect_op_times();
+  st.draft_tokens = p + 1;
+  DraftResult res;
+  for (int64_t r = 0; r < bsz; ++r) {
+    res.draft_ids.push_back(h_drafts[r]);
+    res.logits.emplace_back(h_logits + r * V, h_logits + (r + 1) * V);
+    res.confidence.push_back(static_cast<double>(h_conf[r]));
+  }
+  if (tracer_ != nullptr) {
+    tracer_->record("dspark.logits", std::vector<double>(h_logits, h_logits + R * V), {bsz, V});
+    tracer_->record_ids("dspark.draft_ids", res.draft_ids, {bsz});
+    tracer_->record("dspark.confidence", res.confidence, {bsz});
+  }
+  return res;
 }
 
 ForwardResult CudaModel::forward(std::span<const SequenceChunk> chunks) {

@@ -10,7 +10,8 @@
 // rule) or bf16 storage (--precision bf16: the reference's bf16 run, tensor-core linears); the
 // chunks of a forward call run as one batched step (every launch covers the rows of all sequences;
 // each sequence's arithmetic is its own: row-wise kernels, per-row tables); plain stream-ordered
-// launches (no graph capture yet); DSpark drafting on the CPU reference.
+// launches (no graph capture yet); DSpark drafting on the GPU (CudaForwardOptions::dspark_on_gpu)
+// or on the CPU reference.
 
 #include <filesystem>
 #include <memory>
@@ -46,6 +47,11 @@ struct CudaForwardOptions {
   // layout). 0 bytes: half of the device memory the weights leave free.
   uint64_t kv_cache_bytes = 0;
   int64_t kv_cache_page_bytes = 64 * 1024;
+  // DSpark drafting (models with draft stages): true = on the GPU (the stage blocks with the
+  // draft-block attention, the stage head and the Markov loop as CUDA kernels, the stage rings in
+  // the device cache); false = the CPU reference drafts inside the CUDA model (the interim path,
+  // the default until the GPU drafter has passed the fixtures on the device).
+  bool dspark_on_gpu = false;
 };
 
 // Loads a DeepSeek-V4.1 checkpoint directory onto the GPU (all weights into device memory).

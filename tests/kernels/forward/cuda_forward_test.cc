@@ -188,6 +188,121 @@ TEST(CudaForward, TinyFixtureReplaysByTheFp32Rule) {
   }
 }
 
+// The GPU drafter (CudaForwardOptions::dspark_on_gpu: the stage blocks, the draft-block attention,
+// the head and the Markov loop on the device) on the fixture: every case, DSpark outputs included,
+// by the fp32 rule and by the bf16 rule.
+TEST(CudaForward, TinyFixtureDsparkOnTheGpuReplays) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = fixture_dir();
+  if (!fs::exists(dir / "cases.safetensors")) GTEST_SKIP() << "fixture absent: " << dir;
+  for (const Precision prec : {Precision::kFp32, Precision::kBf16}) {
+    ForwardOptions fo;
+    fo.precision = prec;
+    CudaForwardOptions co;
+    co.dspark_on_gpu = true;
+    auto gpu = load_cuda_forward_model(dir, fo, co);
+    ReplayOptions ro;
+    ro.precision = prec;
+    const ReplayReport report = replay_fixture(dir, *gpu, ro);
+    EXPECT_FALSE(report.cases.empty());
+    for (const CaseReport& c : report.cases) {
+      EXPECT_TRUE(c.pass()) << (prec == Precision::kFp32 ? "fp32 " : "bf16 ") << c.name
+                            << (c.comparisons.empty() || c.comparisons[0].failures.empty()
+                                    ? std::string()
+                                    : ": " + c.comparisons[0].failures[0]);
+    }
+  }
+}
+
+// The GPU drafter against the CPU reference's drafter at the production attention dims (64 x 512
+// heads, window 128: the tensor-core draft-block attention in bf16, the fp32 one in fp32), fed
+// the same taps and input ids after a 300-token prompt (the stage rings wrapped). Yardstick as
+// above: the CPU's own distance between two precisions; rows are compared while the drafts before
+// them agree (the Markov bias follows the previous draft).
+void run_dspark_production_dims(Precision prec) {
+  testing::TempDir dir("di-cuda-dspark");
+  const fs::path model_dir = synth_real_attention_model(dir.path());
+  ForwardOptions fo;
+  fo.precision = prec;
+  ForwardOptions fref;  // the yardstick: fp64 for fp32, fp32 for bf16
+  fref.precision = prec == Precision::kFp32 ? Precision::kFp64 : Precision::kFp32;
+  auto cpu = load_cpu_forward_model(model_dir, fo, token_map_for(model_dir));
+  auto ref = load_cpu_forward_model(model_dir, fref, token_map_for(model_dir));
+  CudaForwardOptions co;
+  co.dspark_on_gpu = true;
+  auto gpu = load_cuda_forward_model(model_dir, fo, co, token_map_for(model_dir));
+  std::mt19937_64 rng(23);
+  std::uniform_int_distribution<int64_t> tok(3, cpu->vocab_size() - 1);
+  std::vector<int64_t> prompt(300);
+  for (auto& id : prompt)
+    id = tok(rng);
+  auto sc = cpu->new_sequence();
+  auto sr = ref->new_sequence();
+  auto sg = gpu->new_sequence();
+  // The backbones run on their own; every drafter gets the CPU backbone's taps.
+  auto both = [&](std::span<const int64_t> ids) {
+    SequenceChunk cc{sc.get(), ids}, rc{sr.get(), ids}, gc{sg.get(), ids};
+    const ForwardResult r = cpu->forward({&cc, 1});
+    ref->forward({&rc, 1});
+    gpu->forward({&gc, 1});
+    return r;
+  };
+  ForwardResult r = both(prompt);
+  ASSERT_EQ(r.main_hidden[0].size(), prompt.size());
+  cpu->dspark_prefill(*sc, r.main_hidden[0]);
+  ref->dspark_prefill(*sr, r.main_hidden[0]);
+  gpu->dspark_prefill(*sg, r.main_hidden[0]);
+  const double floor = prec == Precision::kFp32 ? 2e-3 : 0.5;
+  const double factor = prec == Precision::kFp32 ? 3.0 : 2.0;
+  int64_t compared = 0;
+  for (int k = 0; k < 3; ++k) {
+    const int64_t id = argmax(r.logits[0]);
+    r = both({&id, 1});
+    const int64_t input = argmax(r.logits[0]);
+    const DraftResult dc = cpu->dspark_step(*sc, input, r.main_hidden[0].back());
+    const DraftResult dr = ref->dspark_step(*sr, input, r.main_hidden[0].back());
+    const DraftResult dg = gpu->dspark_step(*sg, input, r.main_hidden[0].back());
+    ASSERT_EQ(dg.draft_ids.size(), dc.draft_ids.size());
+    ASSERT_EQ(dg.logits.size(), dc.logits.size());
+    for (size_t j = 0; j < dc.draft_ids.size(); ++j) {
+      for (double v : dg.logits[j])
+        ASSERT_TRUE(std::isfinite(v)) << "step " << k << " row " << j;
+      ASSERT_TRUE(std::isfinite(dg.confidence[j])) << "step " << k << " row " << j;
+      if (j > 0 && (dg.draft_ids[j - 1] != dc.draft_ids[j - 1] ||
+                    dr.draft_ids[j - 1] != dc.draft_ids[j - 1])) {
+        break;  // different Markov inputs from here on
+      }
+      const double gpu_rel = rel_err(dg.logits[j], dc.logits[j]);
+      const double ref_rel = rel_err(dr.logits[j], dc.logits[j]);
+      const double conf_gpu = std::fabs(dg.confidence[j] - dc.confidence[j]);
+      const double conf_ref = std::fabs(dr.confidence[j] - dc.confidence[j]);
+      std::printf(
+          "step %d row %zu: logits |gpu - cpu| %.3g (yardstick %.3g), confidence |gpu - cpu| "
+          "%.3g (yardstick %.3g)\n",
+          k, j, gpu_rel, ref_rel, conf_gpu, conf_ref);
+      EXPECT_LE(gpu_rel, std::max(floor, factor * ref_rel)) << "step " << k << " row " << j;
+      EXPECT_LE(conf_gpu, std::max(floor * (1.0 + std::fabs(dc.confidence[j])), factor * conf_ref))
+          << "step " << k << " row " << j;
+      // The greedy draft agrees unless the two CPU precisions disagree on it (a near-tie).
+      if (dr.draft_ids[j] == dc.draft_ids[j]) {
+        EXPECT_EQ(dg.draft_ids[j], dc.draft_ids[j]) << "step " << k << " row " << j;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 3);  // at least every step's first row
+}
+
+TEST(CudaForward, DsparkOnTheGpuMatchesTheCpuDrafterFp32) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  run_dspark_production_dims(Precision::kFp32);
+}
+
+TEST(CudaForward, DsparkOnTheGpuMatchesTheCpuDrafterBf16) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  run_dspark_production_dims(Precision::kBf16);
+}
+
 // The bf16 precision (fixtures README §6.6): every case passes the first-divergence rule against
 // the bf16 values, and the GPU's bf16 run is the reference's bf16 semantics rather than fp32 with
 // noise: its argmaxes agree with the bf16 reference more often than the CPU fp32 engine's do (the
