@@ -147,7 +147,35 @@ struct RunOptions {
   int64_t prompt = 4096, decode = 16, batch = 1;
   bool exact = false, bf16 = false, ops = false, gpu_only = false, host_logits = false;
   std::string trace_csv;  // --kernel-trace (empty: none)
+  int64_t dspark = 0;     // --dspark N: N GPU drafting steps of sequence 0 after the decode steps
 };
+
+// Weight bytes one DSpark drafting step reads at least (the floor of dspark_step): every draft
+// stage's dense weights and the routed experts its block rows touch (expected distinct experts of
+// `rows` rows), the shared LM head for the rows' logits, and the Markov head once per row.
+double dspark_step_bytes(const di::ModelConfig& cfg, const std::vector<di::LayerPlan>& plan) {
+  const di::WeightCatalogue cat(cfg, plan);
+  const int64_t rows = cfg.dspark_block_size;
+  std::map<int64_t, double> experts;
+  double bytes = 0;
+  for (const di::WeightSpec& w : cat.entries()) {
+    if (w.name == "head.weight") bytes += static_cast<double>(w.nbytes());
+    if (w.block < cfg.num_layers) continue;
+    if (w.name.find("markov_head.head.") != std::string::npos) {
+      bytes += static_cast<double>(rows) * static_cast<double>(w.nbytes());
+    } else if (w.group == di::WeightGroup::kRoutedExperts) {
+      experts[w.block] += static_cast<double>(w.nbytes());
+    } else if (w.name.find("markov_head.embed.") == std::string::npos) {
+      bytes += static_cast<double>(w.nbytes());  // dense stage weights (embed: rows gathered)
+    }
+  }
+  for (const auto& [b, e] : experts) {
+    const di::LayerPlan& p = plan.at(static_cast<size_t>(b));
+    bytes += e / static_cast<double>(p.n_routed_experts) *
+             expected_experts(p.n_routed_experts, p.num_experts_per_tok, rows);
+  }
+  return bytes;
+}
 
 // What the extrapolation needs of one measured checkpoint.
 struct Measured {
@@ -366,6 +394,9 @@ Measured run_model(const std::string& dir, const RunOptions& o) {
   co.tensor_core_linears = !exact;
   co.time_blocks = true;
   co.time_ops = ops;
+  co.dspark_on_gpu = o.dspark > 0;
+  DI_CHECK(o.dspark == 0 || cfg.num_nextn_predict_layers > 0,
+           "--dspark: {} has no DSpark stages (deepinfer synth --draft-blocks 3)", dir);
   // --gpu-only: each step waits behind a 30 ms spin, so the host has enqueued it all first.
   if (gpu_only) co.start_delay_us = 30000;
   const auto t0 = std::chrono::steady_clock::now();
@@ -423,6 +454,7 @@ Measured run_model(const std::string& dir, const RunOptions& o) {
   std::vector<di::ChunkSampling> sampling(static_cast<size_t>(batch));
   std::optional<di::bench::KernelTrace> tracer;
   if (kernel_trace) tracer.emplace();
+  std::vector<double> last_taps;  // sequence 0's taps of the last decode step (--dspark)
   // Step -1 is a warm-up: the first decode step after the prefills folds the pinned host
   // memory the prefills grew (tens of ms once) and grows the decode-sized buffers; it is not
   // timed.
@@ -439,6 +471,7 @@ Measured run_model(const std::string& dir, const RunOptions& o) {
       if (!host_logits) chunks[s].sampling = &sampling[s];
     }
     const di::ForwardResult r = model->forward(chunks);
+    if (o.dspark > 0) last_taps = r.main_hidden[0].back();
     for (size_t s = 0; s < chunks.size(); ++s) {
       if (!host_logits) {
         DI_CHECK(s < r.sampled.size() && r.sampled[s] && r.sampled[s]->error.empty(),
@@ -524,6 +557,27 @@ Measured run_model(const std::string& dir, const RunOptions& o) {
                                   static_cast<double>(decode));
     di::bench::write_kernel_csv(std::move(kernels), trace_csv);
   }
+  if (o.dspark > 0) {
+    // The stage rings seeded with a window of main_kv rows (their values do not change the
+    // time), one warm-up step (buffers grow), then the timed steps: each is one dspark_step call
+    // as the engine makes it, results on the host (the logits of every draft row included).
+    model->dspark_prefill(*seqs[0], std::vector<std::vector<double>>(
+                                        static_cast<size_t>(cfg.sliding_window), last_taps));
+    (void)model->dspark_step(*seqs[0], next[0], last_taps);
+    const auto d0 = std::chrono::steady_clock::now();
+    for (int64_t k = 0; k < o.dspark; ++k)
+      (void)model->dspark_step(*seqs[0], next[0], last_taps);
+    const double ms =
+        1e3 * sec(d0, std::chrono::steady_clock::now()) / static_cast<double>(o.dspark);
+    const double bytes = dspark_step_bytes(cfg, plan);
+    const double floor_ms = bytes / (copy * 1e9) * 1e3;
+    std::printf(
+        "dspark step: %.3f ms (wall, %lld steps of %lld draft rows, %lld stages; results to the "
+        "host); floor %.1f MB / %.0f GB/s = %.3f ms (%.2fx)\n",
+        ms, static_cast<long long>(o.dspark), static_cast<long long>(cfg.dspark_block_size),
+        static_cast<long long>(cfg.num_nextn_predict_layers), bytes / 1e6, copy, floor_ms,
+        ms / floor_ms);
+  }
   return Measured{cfg, plan, std::move(block_us), head_us, copy};
 }
 
@@ -536,7 +590,7 @@ int main(int argc, char** argv) {
                  "[--extrapolate CONFIG [--gpus G] [--expert-gbs R] [--full-experts DIR]] [--ops] "
                  "[--gpu-only] "
                  "[--host-logits] "
-                 "[--kernel-trace CSV]\n",
+                 "[--kernel-trace CSV] [--dspark N]\n",
                  argv[0]);
     return 2;
   }
@@ -546,6 +600,7 @@ int main(int argc, char** argv) {
   bool exact = false, bf16 = false, ops = false, gpu_only = false, host_logits = false;
   std::string extrapolate_to, trace_csv, full_experts_dir;
   bool kernel_trace = false;
+  int64_t dspark = 0;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--exact") == 0) {
       exact = true;
@@ -572,6 +627,12 @@ int main(int argc, char** argv) {
       batch = std::atoll(argv[++i]);
     } else if (std::strcmp(argv[i], "--gpus") == 0 && i + 1 < argc) {
       gpus = std::atoll(argv[++i]);
+    } else if (std::strcmp(argv[i], "--dspark") == 0 && i + 1 < argc) {
+      dspark = std::atoll(argv[++i]);
+      if (dspark < 1) {
+        std::fprintf(stderr, "error: --dspark must be a number of steps >= 1, got %s\n", argv[i]);
+        return 2;
+      }
     } else if (std::strcmp(argv[i], "--expert-gbs") == 0 && i + 1 < argc) {
       expert_gbs = std::atof(argv[++i]);
       if (!(expert_gbs > 0 && expert_gbs < 1e5)) {
@@ -603,6 +664,7 @@ int main(int argc, char** argv) {
     ro.ops = ops;
     ro.gpu_only = gpu_only;
     ro.host_logits = host_logits;
+    ro.dspark = dspark;
     if (kernel_trace) ro.trace_csv = trace_csv;
     const Measured m = run_model(dir, ro);
     std::optional<Measured> full;
