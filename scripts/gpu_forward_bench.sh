@@ -12,6 +12,9 @@
 #                     prefilled one sequence per call: batch x context tokens of prefill)
 #   BENCH_FLAGS=...   default "--bf16 --ops"; "" = fp32 activations (tensor-core linears)
 #   EXPERT_LAYERS=... default "0,2,3" (23 GB); "" skips the 384-expert runs
+#   DSPARK_STEPS=N    default "" (skipped): N GPU drafting steps (cuda_forward_bench --dspark) on a
+#                     checkpoint of layers 0-2 (three taps) with 128 experts and the three DSpark
+#                     stages with theirs (~20 GB), against the draft step's weight-bytes floor
 set -uo pipefail
 source scripts/gpu_carry_lib.sh
 out=${OUT:-gpu-out}
@@ -21,10 +24,10 @@ export LD_LIBRARY_PATH="$PWD/.carry/gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PA
 bin=.carry/gpu/bin
 flags=${BENCH_FLAGS---bf16 --ops}
 status=0
-synth() {  # DIR LAYER_IDS EXPERTS
+synth() {  # DIR LAYER_IDS EXPERTS [DRAFT_BLOCKS]
   [[ -f "$1/config.json" ]] && return 0
   "${bin}/deepinfer" synth --config v41-flash --out "$1" --layer-ids "$2" --experts "$3" \
-    --no-vision --draft-blocks 0 > "${out}/synth-$(basename "$1").log" 2>&1 || status=1
+    --no-vision --draft-blocks "${4:-0}" > "${out}/synth-$(basename "$1").log" 2>&1 || status=1
   tail -n 1 "${out}/synth-$(basename "$1").log"
 }
 model=${MODEL_DIR:-/tmp/v41-roles}
@@ -47,6 +50,18 @@ if [[ -n "${EXPERT_LAYERS-0,2,3}" ]]; then
     "${bin}/cuda_forward_bench" "${full}" --prompt "$((batch > 8 ? 1024 : 4096))" \
       --batch "${batch}" --decode "${DECODE:-16}" ${flags} > "${log}" 2>&1 || status=1
     grep -E "^load|^blocks" "${log}"
+  done
+fi
+if [[ -n "${DSPARK_STEPS:-}" ]]; then
+  rm -rf "${model}" /tmp/v41-384
+  draft=/tmp/v41-dspark
+  synth "${draft}" 0,1,2 128 3
+  for flags_d in "--bf16" ""; do
+    log="${out}/cuda_forward_bench-dspark${flags_d:+-bf16}.log"
+    # shellcheck disable=SC2086
+    "${bin}/cuda_forward_bench" "${draft}" --prompt 4096 --decode 4 ${flags_d} \
+      --dspark "${DSPARK_STEPS}" > "${log}" 2>&1 || status=1
+    grep -E "^load|^dspark step" "${log}"
   done
 fi
 exit "${status}"
