@@ -147,22 +147,25 @@ struct RunOptions {
   int64_t prompt = 4096, decode = 16, batch = 1;
   bool exact = false, bf16 = false, ops = false, gpu_only = false, host_logits = false;
   std::string trace_csv;  // --kernel-trace (empty: none)
-  int64_t dspark = 0;     // --dspark N: N GPU drafting steps of sequence 0 after the decode steps
+  int64_t dspark = 0;     // --dspark N: N GPU drafting steps of every sequence after the decode
+                          // steps (one batched dspark_steps call each)
 };
 
-// Weight bytes one DSpark drafting step reads at least (the floor of dspark_step): every draft
-// stage's dense weights and the routed experts its block rows touch (expected distinct experts of
-// `rows` rows), the shared LM head for the rows' logits, and the Markov head once per row.
-double dspark_step_bytes(const di::ModelConfig& cfg, const std::vector<di::LayerPlan>& plan) {
+// Weight bytes one DSpark drafting step of `batch` sequences reads at least (the floor of
+// dspark_steps): every draft stage's dense weights and the routed experts its block rows touch
+// (expected distinct experts of the rows), the shared LM head for the rows' logits, and the
+// Markov head once per row position (all sequences' rows of a position share one pass).
+double dspark_step_bytes(const di::ModelConfig& cfg, const std::vector<di::LayerPlan>& plan,
+                         int64_t batch) {
   const di::WeightCatalogue cat(cfg, plan);
-  const int64_t rows = cfg.dspark_block_size;
+  const int64_t rows = batch * cfg.dspark_block_size;
   std::map<int64_t, double> experts;
   double bytes = 0;
   for (const di::WeightSpec& w : cat.entries()) {
     if (w.name == "head.weight") bytes += static_cast<double>(w.nbytes());
     if (w.block < cfg.num_layers) continue;
     if (w.name.find("markov_head.head.") != std::string::npos) {
-      bytes += static_cast<double>(rows) * static_cast<double>(w.nbytes());
+      bytes += static_cast<double>(cfg.dspark_block_size) * static_cast<double>(w.nbytes());
     } else if (w.group == di::WeightGroup::kRoutedExperts) {
       experts[w.block] += static_cast<double>(w.nbytes());
     } else if (w.name.find("markov_head.embed.") == std::string::npos) {
@@ -454,7 +457,8 @@ Measured run_model(const std::string& dir, const RunOptions& o) {
   std::vector<di::ChunkSampling> sampling(static_cast<size_t>(batch));
   std::optional<di::bench::KernelTrace> tracer;
   if (kernel_trace) tracer.emplace();
-  std::vector<double> last_taps;  // sequence 0's taps of the last decode step (--dspark)
+  // Each sequence's taps of the last decode step (--dspark).
+  std::vector<std::vector<double>> last_taps(static_cast<size_t>(batch));
   // Step -1 is a warm-up: the first decode step after the prefills folds the pinned host
   // memory the prefills grew (tens of ms once) and grows the decode-sized buffers; it is not
   // timed.
@@ -471,7 +475,8 @@ Measured run_model(const std::string& dir, const RunOptions& o) {
       if (!host_logits) chunks[s].sampling = &sampling[s];
     }
     const di::ForwardResult r = model->forward(chunks);
-    if (o.dspark > 0) last_taps = r.main_hidden[0].back();
+    for (size_t s = 0; o.dspark > 0 && s < chunks.size(); ++s)
+      last_taps[s] = r.main_hidden[s].back();
     for (size_t s = 0; s < chunks.size(); ++s) {
       if (!host_logits) {
         DI_CHECK(s < r.sampled.size() && r.sampled[s] && r.sampled[s]->error.empty(),
@@ -561,20 +566,25 @@ Measured run_model(const std::string& dir, const RunOptions& o) {
     // The stage rings seeded with a window of main_kv rows (their values do not change the
     // time), one warm-up step (buffers grow), then the timed steps: each is one dspark_step call
     // as the engine makes it, results on the host (the logits of every draft row included).
-    model->dspark_prefill(*seqs[0], std::vector<std::vector<double>>(
-                                        static_cast<size_t>(cfg.sliding_window), last_taps));
-    (void)model->dspark_step(*seqs[0], next[0], last_taps);
+    std::vector<di::DraftRequest> requests;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      model->dspark_prefill(*seqs[s], std::vector<std::vector<double>>(
+                                          static_cast<size_t>(cfg.sliding_window), last_taps[s]));
+      requests.push_back({seqs[s].get(), next[s], &last_taps[s]});
+    }
+    (void)model->dspark_steps(requests);
     const auto d0 = std::chrono::steady_clock::now();
     for (int64_t k = 0; k < o.dspark; ++k)
-      (void)model->dspark_step(*seqs[0], next[0], last_taps);
+      (void)model->dspark_steps(requests);
     const double ms =
         1e3 * sec(d0, std::chrono::steady_clock::now()) / static_cast<double>(o.dspark);
-    const double bytes = dspark_step_bytes(cfg, plan);
+    const double bytes = dspark_step_bytes(cfg, plan, batch);
     const double floor_ms = bytes / (copy * 1e9) * 1e3;
     std::printf(
-        "dspark step: %.3f ms (wall, %lld steps of %lld draft rows, %lld stages; results to the "
-        "host); floor %.1f MB / %.0f GB/s = %.3f ms (%.2fx)\n",
-        ms, static_cast<long long>(o.dspark), static_cast<long long>(cfg.dspark_block_size),
+        "dspark step: %.3f ms (wall, %lld steps of %lld sequences x %lld draft rows, %lld "
+        "stages; results to the host); floor %.1f MB / %.0f GB/s = %.3f ms (%.2fx)\n",
+        ms, static_cast<long long>(o.dspark), static_cast<long long>(batch),
+        static_cast<long long>(cfg.dspark_block_size),
         static_cast<long long>(cfg.num_nextn_predict_layers), bytes / 1e6, copy, floor_ms,
         ms / floor_ms);
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/check.h"
 #include "deepinfer/sampling_params.h"
 #include "sampling/sampler.h"
 
@@ -93,6 +94,13 @@ struct DraftResult {
   std::vector<double> confidence;           // [block_size] raw logits (no sigmoid)
 };
 
+// One sequence's DSpark drafting step (ForwardModel::dspark_steps): the arguments of dspark_step.
+struct DraftRequest {
+  SequenceState* state = nullptr;
+  int64_t input_id = 0;
+  const std::vector<double>* main_hidden_row = nullptr;
+};
+
 // The forward pass of a loaded model on some backend.
 class ForwardModel {
  public:
@@ -108,6 +116,24 @@ class ForwardModel {
   // `input_id` is the token sampled for p+1, `main_hidden_row` the taps at p.
   virtual DraftResult dspark_step(SequenceState& state, int64_t input_id,
                                   const std::vector<double>& main_hidden_row) = 0;
+  // DSpark: one drafting step of each of several distinct sequences, results in request order;
+  // each result is the one dspark_step gives that sequence alone (a backend may run them as one
+  // batched step, never changing a sequence's result). The default runs them one by one.
+  virtual std::vector<DraftResult> dspark_steps(std::span<const DraftRequest> requests) {
+    for (size_t i = 0; i < requests.size(); ++i) {  // all checked before any sequence advances
+      DI_CHECK(requests[i].state != nullptr && requests[i].main_hidden_row != nullptr,
+               "dspark_steps: request {} lacks its state or main_hidden row", i);
+      for (size_t k = 0; k < i; ++k) {
+        DI_CHECK(requests[k].state != requests[i].state,
+                 "dspark_steps: requests {} and {} draft the same sequence", k, i);
+      }
+    }
+    std::vector<DraftResult> out;
+    out.reserve(requests.size());
+    for (const DraftRequest& r : requests)
+      out.push_back(dspark_step(*r.state, r.input_id, *r.main_hidden_row));
+    return out;
+  }
   virtual int64_t vocab_size() const = 0;
   // Installs a tracer that receives every named intermediate of later forward and DSpark calls
   // (model/trace.h; nullptr: none). Not owned. Backends without tracing ignore it.

@@ -218,7 +218,13 @@ class CudaModel final : public ForwardModel {
   DraftResult dspark_step(SequenceState& state, int64_t input_id,
                           const std::vector<double>& main_hidden_row) override {
     if (drafter_) return drafter_->dspark_step(draft_state(state), input_id, main_hidden_row);
-    return dspark_step_gpu(gpu_draft_state(state), input_id, main_hidden_row);
+    const DraftRequest r{&state, input_id, &main_hidden_row};
+    return std::move(dspark_step_gpu({&r, 1}).at(0));
+  }
+  // The GPU drafter runs the sequences as one batched step (rows stay per sequence).
+  std::vector<DraftResult> dspark_steps(std::span<const DraftRequest> requests) override {
+    if (drafter_ || requests.empty()) return ForwardModel::dspark_steps(requests);
+    return dspark_step_gpu(requests);
   }
   int64_t vocab_size() const override { return cfg_.vocab_size; }
   const std::vector<double>& block_ms() const {
@@ -258,7 +264,7 @@ class CudaModel final : public ForwardModel {
   CudaSeqState& gpu_draft_state(SequenceState& state) const;
   // The GPU drafter (delta spec §4.2; Model::dspark_prefill / dspark_step are the reference).
   void dspark_prefill_gpu(CudaSeqState& st, const std::vector<std::vector<double>>& rows);
-  DraftResult dspark_step_gpu(CudaSeqState& st, int64_t input_id, const std::vector<double>& row);
+  std::vector<DraftResult> dspark_step_gpu(std::span<const DraftRequest> requests);
   // main_x = main_norm(main_proj(taps)) of the given tap rows into "dspark.main_x".
   void dspark_main_x(const std::vector<const std::vector<double>*>& rows);
   // main_kv of the "dspark.main_x" rows (rows "dspark.main_seq" / "dspark.main_pos", per sequence
@@ -2127,49 +2133,71 @@ void CudaModel::dspark_prefill_gpu(CudaSeqState& st,
   st.draft_tokens += n;
 }
 
-DraftResult CudaModel::dspark_step_gpu(CudaSeqState& st, int64_t input_id,
-                                       const std::vector<double>& main_hidden_row) {
+std::vector<DraftResult> CudaModel::dspark_step_gpu(std::span<const DraftRequest> requests) {
   DI_CUDA_CHECK(cudaSetDevice(cuda_.device));
-  DI_CHECK(input_id >= 0 && input_id < cfg_.vocab_size, "dspark: input id {} outside vocabulary",
-           input_id);
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
   const int64_t bsz = cfg_.dspark_block_size, rank = cfg_.dspark_markov_rank;
-  const int64_t B = 1;  // sequences drafted together (the interface drafts one at a time)
+  const auto B = static_cast<int64_t>(requests.size());  // sequences drafted together
   const int64_t R = B * bsz;
   const auto ab = static_cast<int64_t>(act_bytes());
-  DI_CHECK(!dkv_->kv.pages(st.id, StateKind::kSwaRing, 0).empty(),
-           "dspark_step: the sequence holds no cache pages yet (run its backbone prefill first)");
+  DI_CHECK(B > 0 && R <= 65535, "dspark: {} sequences in one drafting step", B);
+  DI_CHECK(tracer_ == nullptr || B == 1, "dspark: tracing drafts one sequence per call");
+  std::vector<CudaSeqState*> states;
+  std::vector<const std::vector<double>*> taps;
+  for (const DraftRequest& q : requests) {
+    DI_CHECK(q.state != nullptr && q.main_hidden_row != nullptr,
+             "dspark: request {} lacks its state or main_hidden row", states.size());
+    CudaSeqState& st = gpu_draft_state(*q.state);
+    DI_CHECK(q.input_id >= 0 && q.input_id < cfg_.vocab_size,
+             "dspark: input id {} outside vocabulary (request {})", q.input_id, states.size());
+    const auto dup = std::find(states.begin(), states.end(), &st);
+    DI_CHECK(dup == states.end(), "dspark: requests {} and {} draft the same sequence",
+             dup - states.begin(), states.size());
+    DI_CHECK(!dkv_->kv.pages(st.id, StateKind::kSwaRing, 0).empty(),
+             "dspark_step: the sequence of request {} holds no cache pages yet (run its backbone "
+             "prefill first)",
+             states.size());
+    states.push_back(&st);
+    taps.push_back(q.main_hidden_row);
+  }
   begin_step();
-  const int64_t p = st.draft_tokens;  // the backbone token just consumed
+  // Sequence b drafts after its backbone consumed position p_b (its draft_tokens): block rows
+  // b * bsz .. at positions p_b + 1 .. p_b + bsz under the names the block launches read, and
+  // its main row at position p_b.
   Step step;
-  step.seqs.push_back({&st, p + 1, bsz, 0, {}, {}});
-  step.rows = R;
-  step.swa = page_tables(step, {dkv_->kv.layout().table_index(StateKind::kSwaRing, 0)}).at(0);
-  // The draft rows (positions p + 1 .. p + bsz of one block per sequence) under the names the
-  // block launches read, and the main row of each sequence (position p).
-  std::vector<int64_t> positions, ids, chunk_start, chunk_row0;
-  std::vector<int32_t> seq;
+  std::vector<int64_t> positions, ids, chunk_start, chunk_row0, seq_end, main_pos, main_end;
+  std::vector<int32_t> seq, main_seq;
   for (int64_t b = 0; b < B; ++b) {
+    CudaSeqState& st = *states[static_cast<size_t>(b)];
+    const int64_t p = st.draft_tokens;
+    step.seqs.push_back({&st, p + 1, bsz, b * bsz, {}, {}});
     for (int64_t r = 0; r < bsz; ++r) {
       positions.push_back(p + 1 + r);
       seq.push_back(static_cast<int32_t>(b));
       chunk_start.push_back(p + 1);
       chunk_row0.push_back(b * bsz);
-      ids.push_back(r == 0 ? input_id : cfg_.dspark_noise_token_id);
+      ids.push_back(r == 0 ? requests[static_cast<size_t>(b)].input_id
+                           : cfg_.dspark_noise_token_id);
     }
+    seq_end.push_back(p + 1 + bsz);
+    main_seq.push_back(static_cast<int32_t>(b));
+    main_pos.push_back(p);
+    main_end.push_back(p + 1);
   }
+  step.rows = R;
+  step.swa = page_tables(step, {dkv_->kv.layout().table_index(StateKind::kSwaRing, 0)}).at(0);
   upload<int64_t>("positions", positions);
   upload<int32_t>("seq", seq);
-  upload<int64_t>("seq_end", std::vector<int64_t>{p + 1 + bsz});
+  upload<int64_t>("seq_end", seq_end);
   upload<int64_t>("chunk_start", chunk_start);
   upload<int64_t>("chunk_row0", chunk_row0);
-  upload<int32_t>("dspark.main_seq", std::vector<int32_t>{0});
-  upload<int64_t>("dspark.main_pos", std::vector<int64_t>{p});
-  upload<int64_t>("dspark.main_end", std::vector<int64_t>{p + 1});
+  upload<int32_t>("dspark.main_seq", main_seq);
+  upload<int64_t>("dspark.main_pos", main_pos);
+  upload<int64_t>("dspark.main_end", main_end);
   image_rows_ = false;  // draft rows are text: the stages' routers use `bias` only
   step.seq = seq;
   step.positions = positions;
-  dspark_main_x({&main_hidden_row});
+  dspark_main_x(taps);
   trace_act(-1, "dspark.main_x", act("dspark.main_x", B * D), {B, D});
 
   // Block ids [input, noise x (bsz - 1)], embedded into every hc stream; pre-mix one-hot.
@@ -2229,8 +2257,10 @@ DraftResult CudaModel::dspark_step_gpu(CudaSeqState& st, int64_t input_id,
   mark_op("dspark cat x");
   // The Markov loop, row by row over all sequences at once: m = embed[prev], bias = head . m,
   // logits_r += bias, prev = argmax (the greedy draft).
-  int64_t* prev =
-      upload<int64_t>("dspark.prev", std::vector<int64_t>(static_cast<size_t>(B), input_id));
+  std::vector<int64_t> inputs;
+  for (const DraftRequest& q : requests)
+    inputs.push_back(q.input_id);
+  int64_t* prev = upload<int64_t>("dspark.prev", inputs);
   int64_t* drafts = buf<int64_t>("dspark.drafts", R);
   void* m = act("dspark.m", B * rank);
   float* bias = buf<float>("dspark.bias", B * V);
@@ -2268,14 +2298,22 @@ DraftResult CudaModel::dspark_step_gpu(CudaSeqState& st, int64_t input_id,
   gemv_bf16(cat, R, draft_.confidence, conf);  // proj([x_r ; m_r]): a raw fp32 logit
 
   // Results into pinned memory, one synchronisation.
-  auto* h_logits = reinterpret_cast<float*>(
-      uploads_.allocate(static_cast<size_t>(R * V) * sizeof(float), 64).data());
+  // (Pinned unless the logits are large: see kPinnedLogitsMaxBytes.)
+  const size_t logit_bytes = static_cast<size_t>(R * V) * sizeof(float);
+  std::vector<float> pageable;
+  float* h_logits = nullptr;
+  if (logit_bytes <= kPinnedLogitsMaxBytes) {
+    h_logits = reinterpret_cast<float*>(uploads_.allocate(logit_bytes, 64).data());
+  } else {
+    pageable.resize(static_cast<size_t>(R * V));
+    h_logits = pageable.data();
+  }
   auto* h_drafts = reinterpret_cast<int64_t*>(
       uploads_.allocate(static_cast<size_t>(R) * sizeof(int64_t), 64).data());
   auto* h_conf = reinterpret_cast<float*>(
       uploads_.allocate(static_cast<size_t>(R) * sizeof(float), 64).data());
-  DI_CUDA_CHECK(cudaMemcpyAsync(h_logits, logits, static_cast<size_t>(R * V) * sizeof(float),
-                                cudaMemcpyDeviceToHost, stream_.get()));
+  DI_CUDA_CHECK(
+      cudaMemcpyAsync(h_logits, logits, logit_bytes, cudaMemcpyDeviceToHost, stream_.get()));
   DI_CUDA_CHECK(cudaMemcpyAsync(h_drafts, drafts, static_cast<size_t>(R) * sizeof(int64_t),
                                 cudaMemcpyDeviceToHost, stream_.get()));
   DI_CUDA_CHECK(cudaMemcpyAsync(h_conf, conf, static_cast<size_t>(R) * sizeof(float),
@@ -2283,19 +2321,22 @@ DraftResult CudaModel::dspark_step_gpu(CudaSeqState& st, int64_t input_id,
   mark_op("dspark results to host");
   stream_.synchronize();
   collect_op_times();
-  st.draft_tokens = p + 1;
-  DraftResult res;
-  for (int64_t r = 0; r < bsz; ++r) {
-    res.draft_ids.push_back(h_drafts[r]);
-    res.logits.emplace_back(h_logits + r * V, h_logits + (r + 1) * V);
-    res.confidence.push_back(static_cast<double>(h_conf[r]));
+  std::vector<DraftResult> out(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    states[static_cast<size_t>(b)]->draft_tokens += 1;
+    DraftResult& res = out[static_cast<size_t>(b)];
+    for (int64_t r = b * bsz; r < (b + 1) * bsz; ++r) {
+      res.draft_ids.push_back(h_drafts[r]);
+      res.logits.emplace_back(h_logits + r * V, h_logits + (r + 1) * V);
+      res.confidence.push_back(static_cast<double>(h_conf[r]));
+    }
   }
   if (tracer_ != nullptr) {
     tracer_->record("dspark.logits", std::vector<double>(h_logits, h_logits + R * V), {bsz, V});
-    tracer_->record_ids("dspark.draft_ids", res.draft_ids, {bsz});
-    tracer_->record("dspark.confidence", res.confidence, {bsz});
+    tracer_->record_ids("dspark.draft_ids", out[0].draft_ids, {bsz});
+    tracer_->record("dspark.confidence", out[0].confidence, {bsz});
   }
-  return res;
+  return out;
 }
 
 ForwardResult CudaModel::forward(std::span<const SequenceChunk> chunks) {

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
@@ -301,6 +302,69 @@ TEST(CudaForward, DsparkOnTheGpuMatchesTheCpuDrafterFp32) {
 TEST(CudaForward, DsparkOnTheGpuMatchesTheCpuDrafterBf16) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   run_dspark_production_dims(Precision::kBf16);
+}
+
+// The GPU drafter's batched step (dspark_steps): each sequence's drafts, logits and confidences
+// are bitwise what it gets drafted alone — on the fixture (generic attention, fp32 exact order)
+// and at the production attention dims in bf16 (tensor-core kernels) — with prompts of different
+// lengths (ring partly filled, wrapped).
+void expect_batched_drafts_bitwise(const fs::path& model_dir, Precision prec,
+                                   std::optional<CompressedTokenMap> map) {
+  ForwardOptions fo;
+  fo.precision = prec;
+  CudaForwardOptions co;
+  co.dspark_on_gpu = true;
+  auto gpu = load_cuda_forward_model(model_dir, fo, co, std::move(map));
+  std::mt19937_64 rng(41);
+  std::uniform_int_distribution<int64_t> tok(3, gpu->vocab_size() - 1);
+  std::vector<std::vector<int64_t>> prompts;
+  for (const size_t len : {size_t{9}, size_t{200}, size_t{40}}) {
+    prompts.emplace_back(len);
+    for (auto& id : prompts.back())
+      id = tok(rng);
+  }
+  std::vector<std::unique_ptr<SequenceState>> batched, alone;
+  std::vector<std::vector<double>> taps;
+  std::vector<int64_t> inputs;
+  for (const auto& prompt : prompts) {
+    for (auto* set : {&batched, &alone}) {
+      set->push_back(gpu->new_sequence());
+      SequenceChunk c{set->back().get(), prompt};
+      const ForwardResult r = gpu->forward({&c, 1});
+      gpu->dspark_prefill(*set->back(), r.main_hidden[0]);
+      const int64_t next = argmax(r.logits[0]);
+      SequenceChunk d{set->back().get(), std::span<const int64_t>(&next, 1)};
+      const ForwardResult s = gpu->forward({&d, 1});
+      if (set == &batched) {
+        taps.push_back(s.main_hidden[0].back());
+        inputs.push_back(argmax(s.logits[0]));
+      }
+    }
+  }
+  for (int k = 0; k < 2; ++k) {  // two drafting steps: the rings advance
+    std::vector<DraftRequest> requests;
+    for (size_t b = 0; b < prompts.size(); ++b)
+      requests.push_back({batched[b].get(), inputs[b], &taps[b]});
+    const std::vector<DraftResult> together = gpu->dspark_steps(requests);
+    ASSERT_EQ(together.size(), prompts.size());
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      const DraftResult one = gpu->dspark_step(*alone[b], inputs[b], taps[b]);
+      EXPECT_EQ(together[b].draft_ids, one.draft_ids) << "step " << k << " sequence " << b;
+      EXPECT_EQ(together[b].confidence, one.confidence) << "step " << k << " sequence " << b;
+      EXPECT_TRUE(together[b].logits == one.logits) << "step " << k << " sequence " << b;
+    }
+  }
+}
+
+TEST(CudaForward, DsparkBatchedStepsEqualEachSequenceAloneBitwise) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = fixture_dir();
+  if (fs::exists(dir / "cases.safetensors")) {
+    expect_batched_drafts_bitwise(dir, Precision::kFp32, std::nullopt);
+  }
+  testing::TempDir tmp("di-cuda-dspark-batch");
+  const fs::path model_dir = synth_real_attention_model(tmp.path());
+  expect_batched_drafts_bitwise(model_dir, Precision::kBf16, token_map_for(model_dir));
 }
 
 // The bf16 precision (fixtures README §6.6): every case passes the first-divergence rule against
