@@ -2102,11 +2102,23 @@ void CudaModel::dspark_main_kv(int64_t i, const PagedTable& swa, int64_t rows) {
 void CudaModel::dspark_prefill_gpu(CudaSeqState& st,
                                    const std::vector<std::vector<double>>& main_hidden_rows) {
   DI_CUDA_CHECK(cudaSetDevice(cuda_.device));
-  const auto n = static_cast<int64_t>(main_hidden_rows.size());
-  if (n == 0) return;
+  const auto total = static_cast<int64_t>(main_hidden_rows.size());
+  if (total == 0) return;
+  // A ring keeps the newest `window` positions: the rows before them would be overwritten within
+  // this call, so only the last `window` rows are computed (the CPU writes every row in turn;
+  // the ring ends the same).
+  for (int64_t r = 0; r < total; ++r) {
+    DI_CHECK(
+        static_cast<int64_t>(main_hidden_rows[static_cast<size_t>(r)].size()) == draft_.main_proj.k,
+        "dspark_prefill: main_hidden row {} has {} values, main_proj expects {}", r,
+        main_hidden_rows[static_cast<size_t>(r)].size(), draft_.main_proj.k);
+  }
+  const int64_t skip = std::max<int64_t>(0, total - cfg_.sliding_window);
+  const int64_t n = total - skip;
+  const int64_t first = st.draft_tokens + skip;  // position of the first computed row
   begin_step();
   Step step;
-  step.seqs.push_back({&st, st.draft_tokens, n, 0, {}, {}});
+  step.seqs.push_back({&st, first, n, 0, {}, {}});
   step.rows = n;
   DI_CHECK(
       !dkv_->kv.pages(st.id, StateKind::kSwaRing, 0).empty(),
@@ -2115,13 +2127,13 @@ void CudaModel::dspark_prefill_gpu(CudaSeqState& st,
       page_tables(step, {dkv_->kv.layout().table_index(StateKind::kSwaRing, 0)}).at(0);
   std::vector<int64_t> pos(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r)
-    pos[static_cast<size_t>(r)] = st.draft_tokens + r;
+    pos[static_cast<size_t>(r)] = first + r;
   upload<int32_t>("dspark.main_seq", std::vector<int32_t>(static_cast<size_t>(n), 0));
   upload<int64_t>("dspark.main_pos", pos);
-  upload<int64_t>("dspark.main_end", std::vector<int64_t>{st.draft_tokens + n});
+  upload<int64_t>("dspark.main_end", std::vector<int64_t>{first + n});
   std::vector<const std::vector<double>*> rows;
-  for (const auto& r : main_hidden_rows)
-    rows.push_back(&r);
+  for (int64_t r = skip; r < total; ++r)
+    rows.push_back(&main_hidden_rows[static_cast<size_t>(r)]);
   dspark_main_x(rows);
   for (int64_t s = 0; s < cfg_.num_nextn_predict_layers; ++s) {
     cur_block_ = cfg_.num_layers + s;
@@ -2130,7 +2142,7 @@ void CudaModel::dspark_prefill_gpu(CudaSeqState& st,
   cur_block_ = -1;
   stream_.synchronize();
   collect_op_times();
-  st.draft_tokens += n;
+  st.draft_tokens += total;
 }
 
 std::vector<DraftResult> CudaModel::dspark_step_gpu(std::span<const DraftRequest> requests) {
