@@ -12,6 +12,7 @@
 #include "model/deepseek_v41/cpu_model.h"
 #include "model/fixture_replay.h"
 #include "model/trace.h"
+#include "tests_support/draft_pairs.h"
 #include "tests_support/fixture_paths.h"
 #include "tests_support/logits_compare.h"
 
@@ -204,32 +205,12 @@ TEST_F(V41Fixture, DsparkStepsOfSeveralSequencesEqualEachAlone) {
   opts.precision = Precision::kFp32;
   auto model = load_cpu_forward_model(kTinyFixtureA, opts);
   const std::vector<std::vector<int64_t>> prompts = {{5, 9, 33, 2, 71, 8, 14}, {101, 7, 7, 3}};
-  // Two copies of each sequence: one drafted in the batched call, one alone.
-  std::vector<std::unique_ptr<SequenceState>> batched, alone;
-  std::vector<std::vector<double>> taps;
-  std::vector<int64_t> inputs;
-  for (const auto& prompt : prompts) {
-    for (auto* set : {&batched, &alone}) {
-      set->push_back(model->new_sequence());
-      SequenceChunk c{set->back().get(), prompt};
-      const ForwardResult r = model->forward({&c, 1});
-      model->dspark_prefill(*set->back(), r.main_hidden[0]);
-      const int64_t next = argmax(r.logits[0]);
-      SequenceChunk d{set->back().get(), std::span<const int64_t>(&next, 1)};
-      const ForwardResult s = model->forward({&d, 1});
-      if (set == &batched) {
-        taps.push_back(s.main_hidden[0].back());
-        inputs.push_back(argmax(s.logits[0]));
-      }
-    }
-  }
-  std::vector<DraftRequest> requests;
-  for (size_t b = 0; b < prompts.size(); ++b)
-    requests.push_back({batched[b].get(), inputs[b], &taps[b]});
+  testing_support::DraftPairs pairs = testing_support::make_draft_pairs(*model, prompts);
+  std::vector<DraftRequest> requests = pairs.requests();
   const std::vector<DraftResult> together = model->dspark_steps(requests);
   ASSERT_EQ(together.size(), prompts.size());
   for (size_t b = 0; b < prompts.size(); ++b) {
-    const DraftResult one = model->dspark_step(*alone[b], inputs[b], taps[b]);
+    const DraftResult one = model->dspark_step(*pairs.alone[b], pairs.inputs[b], pairs.taps[b]);
     EXPECT_EQ(together[b].draft_ids, one.draft_ids) << "sequence " << b;
     EXPECT_EQ(together[b].confidence, one.confidence) << "sequence " << b;
     EXPECT_EQ(together[b].logits, one.logits) << "sequence " << b;

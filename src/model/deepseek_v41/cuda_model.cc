@@ -340,6 +340,11 @@ class CudaModel final : public ForwardModel {
                   uint8_t* codes, uint8_t* scales, uint8_t* codes_interleaved = nullptr);
   void rope(void* x, int64_t rows, int64_t heads, int64_t head_dim, const float* freqs,
             bool inverse);
+  // The step's token rows embedded into every hc stream ("h"), the carried pre-mix one-hot on
+  // stream 0 ("pre_mix").
+  void embed_rows(const std::vector<int64_t>& ids);
+  // y = rms_norm(x, weight) over `rows` rows of hidden_size (activation precision; y may be x).
+  void norm_rows(const void* x, void* y, int64_t rows, const float* weight, const char* op);
   // Activation buffers (act_ precision), and conversions for the bf16-declared fp32 results
   // (bf16 precision only).
   void* act(const std::string& name, int64_t count) {
@@ -1038,6 +1043,39 @@ void CudaModel::round_to_act(const float* src, void* dst, int64_t count) {
   after("convert_values");
 }
 
+void CudaModel::embed_rows(const std::vector<int64_t>& ids) {
+  const int64_t R = static_cast<int64_t>(ids.size()), D = cfg_.hidden_size, hc = cfg_.hc_mult;
+  EmbeddingParams ep;
+  ep.table = embed_;
+  ep.ids = upload<int64_t>("ids", ids);
+  ep.out = act("h", R * hc * D);
+  ep.rows = R;
+  ep.vocab = cfg_.vocab_size;
+  ep.dim = D;
+  ep.copies = hc;
+  ep.precision = act_;
+  embedding_gather(ep, stream_.get());
+  after("embedding_gather");
+  std::vector<float> pre0(static_cast<size_t>(R * hc), 0.0f);
+  for (int64_t r = 0; r < R; ++r)
+    pre0[static_cast<size_t>(r * hc)] = 1.0f;
+  upload<float>("pre_mix", pre0);
+}
+
+void CudaModel::norm_rows(const void* x, void* y, int64_t rows, const float* weight,
+                          const char* op) {
+  RmsNormParams np;
+  np.x = x;
+  np.weight = weight;
+  np.y = y;
+  np.rows = rows;
+  np.dim = cfg_.hidden_size;
+  np.eps = static_cast<float>(cfg_.rms_norm_eps);
+  np.precision = act_;
+  rms_norm(np, ls_);
+  after(op);
+}
+
 // ---------------------------------------------------------------------------------------------
 // One chunk of one sequence.
 
@@ -1131,22 +1169,7 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
   image_rows_ = any_image;
   if (image_rows_) upload<uint8_t>("image_mask", image);
 
-  // Embedding into every hc stream; the carried pre-mix starts one-hot on stream 0.
-  EmbeddingParams ep;
-  ep.table = embed_;
-  ep.ids = upload<int64_t>("ids", ids);
-  ep.out = act("h", R * hc * D);
-  ep.rows = R;
-  ep.vocab = cfg_.vocab_size;
-  ep.dim = D;
-  ep.copies = hc;
-  ep.precision = act_;
-  embedding_gather(ep, stream_.get());
-  after("embedding_gather");
-  std::vector<float> pre0(static_cast<size_t>(R * hc), 0.0f);
-  for (int64_t r = 0; r < R; ++r)
-    pre0[static_cast<size_t>(r * hc)] = 1.0f;
-  upload<float>("pre_mix", pre0);
+  embed_rows(ids);
 
   // DSpark taps (models with draft stages): at each target layer the mean of the hc streams, on
   // the GPU as the collapse with weights 1/4 (exact scaling with hc = 4, so bitwise the CPU's
@@ -1220,16 +1243,7 @@ void CudaModel::forward_step(Step& step, std::span<const SequenceChunk> chunks,
       collapse(q.row0 + q.rows - cnt, cnt, out_first[static_cast<size_t>(b)]);
     }
   }
-  RmsNormParams np;
-  np.x = fx;
-  np.weight = final_norm_;
-  np.y = fx;
-  np.rows = n;
-  np.dim = D;
-  np.eps = static_cast<float>(cfg_.rms_norm_eps);
-  np.precision = act_;
-  rms_norm(np, stream_.get());
-  after("rms_norm");
+  norm_rows(fx, fx, n, final_norm_, "rms_norm");
   const int64_t V = cfg_.vocab_size;
   float* dl = buf<float>("logits", n * V);
   gemv_bf16(fx, n, head_, dl);  // fp32 logits (x.float(): bf16 widened exactly)
@@ -2061,16 +2075,7 @@ void CudaModel::dspark_main_x(const std::vector<const std::vector<double>*>& row
   const uint8_t* taps = upload<uint8_t>("dspark.taps", bytes);
   void* mx = act("dspark.main_x", n * D);
   gemm_x(taps, n, draft_.main_proj, mx);  // linear_q: act_quant 32, FP8 GEMM
-  RmsNormParams np;
-  np.x = mx;
-  np.weight = draft_.main_norm;
-  np.y = mx;
-  np.rows = n;
-  np.dim = D;
-  np.eps = static_cast<float>(cfg_.rms_norm_eps);
-  np.precision = act_;
-  rms_norm(np, ls_);
-  after("rms_norm (main_norm)");
+  norm_rows(mx, mx, n, draft_.main_norm, "rms_norm (main_norm)");
 }
 
 void CudaModel::dspark_main_kv(int64_t i, const PagedTable& swa, int64_t rows) {
@@ -2212,22 +2217,7 @@ std::vector<DraftResult> CudaModel::dspark_step_gpu(std::span<const DraftRequest
   dspark_main_x(taps);
   trace_act(-1, "dspark.main_x", act("dspark.main_x", B * D), {B, D});
 
-  // Block ids [input, noise x (bsz - 1)], embedded into every hc stream; pre-mix one-hot.
-  EmbeddingParams ep;
-  ep.table = embed_;
-  ep.ids = upload<int64_t>("ids", ids);
-  ep.out = act("h", R * hc * D);
-  ep.rows = R;
-  ep.vocab = V;
-  ep.dim = D;
-  ep.copies = hc;
-  ep.precision = act_;
-  embedding_gather(ep, stream_.get());
-  after("embedding_gather");
-  std::vector<float> pre0(static_cast<size_t>(R * hc), 0.0f);
-  for (int64_t r = 0; r < R; ++r)
-    pre0[static_cast<size_t>(r * hc)] = 1.0f;
-  upload<float>("pre_mix", pre0);
+  embed_rows(ids);  // block ids [input, noise x (bsz - 1)] per sequence
   Shared shared;
   for (int64_t s = 0; s < cfg_.num_nextn_predict_layers; ++s) {
     cur_block_ = cfg_.num_layers + s;
@@ -2248,16 +2238,7 @@ std::vector<DraftResult> CudaModel::dspark_step_gpu(std::span<const DraftRequest
   after("mhc_collapse (DSpark)");
   trace_act(-1, "dspark.x", x, {R, D});
   void* xn = act("dspark.xn", R * D);
-  RmsNormParams np;
-  np.x = x;
-  np.weight = draft_.norm;
-  np.y = xn;
-  np.rows = R;
-  np.dim = D;
-  np.eps = static_cast<float>(cfg_.rms_norm_eps);
-  np.precision = act_;
-  rms_norm(np, stream_.get());
-  after("rms_norm (DSpark)");
+  norm_rows(x, xn, R, draft_.norm, "rms_norm (DSpark)");
   float* logits = buf<float>("dspark.logits", R * V);
   gemv_bf16(xn, R, head_, logits);
   // The confidence head's input rows [x_r ; m_r]: x now, m_r as the Markov loop embeds it.

@@ -32,6 +32,7 @@
 #include "model/fixture_replay.h"
 #include "model/synth.h"
 #include "model/trace.h"
+#include "tests_support/draft_pairs.h"
 #include "tests_support/fixture_paths.h"
 #include "tests_support/logits_compare.h"
 #include "tests_support/temp_dir.h"
@@ -323,32 +324,12 @@ void expect_batched_drafts_bitwise(const fs::path& model_dir, Precision prec,
     for (auto& id : prompts.back())
       id = tok(rng);
   }
-  std::vector<std::unique_ptr<SequenceState>> batched, alone;
-  std::vector<std::vector<double>> taps;
-  std::vector<int64_t> inputs;
-  for (const auto& prompt : prompts) {
-    for (auto* set : {&batched, &alone}) {
-      set->push_back(gpu->new_sequence());
-      SequenceChunk c{set->back().get(), prompt};
-      const ForwardResult r = gpu->forward({&c, 1});
-      gpu->dspark_prefill(*set->back(), r.main_hidden[0]);
-      const int64_t next = argmax(r.logits[0]);
-      SequenceChunk d{set->back().get(), std::span<const int64_t>(&next, 1)};
-      const ForwardResult s = gpu->forward({&d, 1});
-      if (set == &batched) {
-        taps.push_back(s.main_hidden[0].back());
-        inputs.push_back(argmax(s.logits[0]));
-      }
-    }
-  }
+  testing_support::DraftPairs pairs = testing_support::make_draft_pairs(*gpu, prompts);
   for (int k = 0; k < 2; ++k) {  // two drafting steps: the rings advance
-    std::vector<DraftRequest> requests;
-    for (size_t b = 0; b < prompts.size(); ++b)
-      requests.push_back({batched[b].get(), inputs[b], &taps[b]});
-    const std::vector<DraftResult> together = gpu->dspark_steps(requests);
+    const std::vector<DraftResult> together = gpu->dspark_steps(pairs.requests());
     ASSERT_EQ(together.size(), prompts.size());
     for (size_t b = 0; b < prompts.size(); ++b) {
-      const DraftResult one = gpu->dspark_step(*alone[b], inputs[b], taps[b]);
+      const DraftResult one = gpu->dspark_step(*pairs.alone[b], pairs.inputs[b], pairs.taps[b]);
       EXPECT_EQ(together[b].draft_ids, one.draft_ids) << "step " << k << " sequence " << b;
       EXPECT_EQ(together[b].confidence, one.confidence) << "step " << k << " sequence " << b;
       EXPECT_TRUE(together[b].logits == one.logits) << "step " << k << " sequence " << b;
