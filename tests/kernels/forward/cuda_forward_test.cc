@@ -79,6 +79,16 @@ fs::path synth_real_attention_model(const fs::path& dir) {
   return o.out;
 }
 
+// n token ids drawn uniformly from [3, vocab) (ids 0-2 are the fixtures' special tokens).
+std::vector<int64_t> random_prompt(size_t n, uint64_t seed, int64_t vocab) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> tok(3, vocab - 1);
+  std::vector<int64_t> ids(n);
+  for (auto& id : ids)
+    id = tok(rng);
+  return ids;
+}
+
 CompressedTokenMap token_map_for(const fs::path& model_dir) {
   const ModelConfig cfg = load_model_config(model_dir);
   std::vector<int32_t> ids(static_cast<size_t>(cfg.vocab_size));
@@ -107,11 +117,7 @@ void run_production_dims(bool tensor_core_linears, double factor) {
   auto gpu = load_cuda_forward_model(model_dir, fo, co, token_map_for(model_dir));
   // 1100 tokens: ratio-2 owners hold 550 compressed entries and ratio-1 owners 1100, more than
   // top-512; the candidate pool (48 blocks of 8 = 384 positions) restricts the Reindex layers.
-  std::mt19937_64 rng(5);
-  std::uniform_int_distribution<int64_t> tok(3, cpu->vocab_size() - 1);
-  std::vector<int64_t> prompt(1100);
-  for (auto& id : prompt)
-    id = tok(rng);
+  const std::vector<int64_t> prompt = random_prompt(1100, 5, cpu->vocab_size());
   auto sc = cpu->new_sequence();
   auto s64 = cpu64->new_sequence();
   auto sg = gpu->new_sequence();
@@ -233,11 +239,7 @@ void run_dspark_production_dims(Precision prec) {
   CudaForwardOptions co;
   co.dspark_on_gpu = true;
   auto gpu = load_cuda_forward_model(model_dir, fo, co, token_map_for(model_dir));
-  std::mt19937_64 rng(23);
-  std::uniform_int_distribution<int64_t> tok(3, cpu->vocab_size() - 1);
-  std::vector<int64_t> prompt(300);
-  for (auto& id : prompt)
-    id = tok(rng);
+  const std::vector<int64_t> prompt = random_prompt(300, 23, cpu->vocab_size());
   auto sc = cpu->new_sequence();
   auto sr = ref->new_sequence();
   auto sg = gpu->new_sequence();
@@ -316,14 +318,9 @@ void expect_batched_drafts_bitwise(const fs::path& model_dir, Precision prec,
   CudaForwardOptions co;
   co.dspark_on_gpu = true;
   auto gpu = load_cuda_forward_model(model_dir, fo, co, std::move(map));
-  std::mt19937_64 rng(41);
-  std::uniform_int_distribution<int64_t> tok(3, gpu->vocab_size() - 1);
   std::vector<std::vector<int64_t>> prompts;
-  for (const size_t len : {size_t{9}, size_t{200}, size_t{40}}) {
-    prompts.emplace_back(len);
-    for (auto& id : prompts.back())
-      id = tok(rng);
-  }
+  for (const size_t len : {size_t{9}, size_t{200}, size_t{40}})
+    prompts.push_back(random_prompt(len, 41 + len, gpu->vocab_size()));
   testing_support::DraftPairs pairs = testing_support::make_draft_pairs(*gpu, prompts);
   for (int k = 0; k < 2; ++k) {  // two drafting steps: the rings advance
     const std::vector<DraftResult> together = gpu->dspark_steps(pairs.requests());
@@ -397,11 +394,7 @@ TEST(CudaForward, Bf16AtProductionAttentionDimsTracksTheCpuOracle) {
   auto cpu16 = load_cpu_forward_model(model_dir, f16, token_map_for(model_dir));
   auto cpu32 = load_cpu_forward_model(model_dir, f32, token_map_for(model_dir));
   auto gpu16 = load_cuda_forward_model(model_dir, f16, {}, token_map_for(model_dir));
-  std::mt19937_64 rng(17);
-  std::uniform_int_distribution<int64_t> tok(3, gpu16->vocab_size() - 1);
-  std::vector<int64_t> prompt(600);
-  for (auto& id : prompt)
-    id = tok(rng);
+  const std::vector<int64_t> prompt = random_prompt(600, 17, gpu16->vocab_size());
   auto s16 = cpu16->new_sequence();
   auto s32 = cpu32->new_sequence();
   auto sg = gpu16->new_sequence();
