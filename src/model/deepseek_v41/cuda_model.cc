@@ -270,6 +270,9 @@ class CudaModel final : public ForwardModel {
   // main_kv of the "dspark.main_x" rows (rows "dspark.main_seq" / "dspark.main_pos", per sequence
   // "dspark.main_end") into the ring of draft stage block i: only accepted context enters a ring.
   void dspark_main_kv(int64_t i, const PagedTable& swa, int64_t rows);
+  // The window-KV write of block i's kv rows into `swa`: weights, RoPE, ring and formats set;
+  // rows' sequences, positions, ring and chunk outputs left to the caller.
+  SwaWriteParams swa_params(int64_t i, const PagedTable& swa, const void* kv, int64_t rows) const;
   // A step's start: the previous step's pinned uploads are free once its work ran.
   void begin_step();
   bool gpu_drafter() const { return cfg_.num_nextn_predict_layers > 0 && cuda_.dspark_on_gpu; }
@@ -1459,27 +1462,16 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   void* kv = act("kv", S * hd);
   gemm_q(xq, xs, S, w.wkv, kv);
   const PagedTable& swa = step.swa;
-  SwaWriteParams sw;
-  sw.x = kv;
-  sw.norm_weight = w.kv_norm;
-  sw.freqs = freqs;
+  SwaWriteParams sw = swa_params(i, swa, kv, S);
   sw.seq = buf<int32_t>("seq", S);
   sw.positions = buf<int64_t>("positions", S);
   sw.seq_end = buf<int64_t>("seq_end", B);
-  sw.table = swa;
   sw.chunk_entries = buf<uint8_t>("chunk_kv", S * swa_bytes_);
-  sw.rows = S;
-  sw.ring_block = static_cast<int32_t>(i);
-  sw.window = static_cast<int32_t>(win);
   // A row at position p replaces ring slot p - window, which no query of its own sequence reads
   // unless the sequence has more than one row in the step: with one row per sequence (decode)
   // the ring is written here, beside the chunk's copy, instead of in a launch after the attention.
   const bool ring_now = S == B && !draft;
   sw.write_ring = ring_now;
-  sw.eps = static_cast<float>(cfg_.rms_norm_eps);
-  sw.dim = static_cast<int32_t>(hd);
-  sw.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
-  sw.precision = act_;
   swa_write(sw, ls_);
   after("swa_write");
   if (draft) dspark_main_kv(i, swa, B);
@@ -2078,28 +2070,34 @@ void CudaModel::dspark_main_x(const std::vector<const std::vector<double>*>& row
   norm_rows(mx, mx, n, draft_.main_norm, "rms_norm (main_norm)");
 }
 
+SwaWriteParams CudaModel::swa_params(int64_t i, const PagedTable& swa, const void* kv,
+                                     int64_t rows) const {
+  SwaWriteParams sw;
+  sw.x = kv;
+  sw.norm_weight = blocks_[static_cast<size_t>(i)].kv_norm;
+  sw.freqs = freqs_for(i);
+  sw.table = swa;
+  sw.rows = rows;
+  sw.ring_block = static_cast<int32_t>(i);
+  sw.window = static_cast<int32_t>(cfg_.sliding_window);
+  sw.eps = static_cast<float>(cfg_.rms_norm_eps);
+  sw.dim = static_cast<int32_t>(cfg_.head_dim);
+  sw.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
+  sw.precision = act_;
+  return sw;
+}
+
 void CudaModel::dspark_main_kv(int64_t i, const PagedTable& swa, int64_t rows) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
   const int64_t hd = cfg_.head_dim;
   void* kv = act("dspark.main_kv", rows * hd);
   gemm_x(act("dspark.main_x", rows * cfg_.hidden_size), rows, w.wkv, kv);
-  SwaWriteParams sw;
-  sw.x = kv;
-  sw.norm_weight = w.kv_norm;
-  sw.freqs = freqs_for(i);
+  SwaWriteParams sw = swa_params(i, swa, kv, rows);
   sw.seq = buf<int32_t>("dspark.main_seq", rows);
   sw.positions = buf<int64_t>("dspark.main_pos", rows);
   // Only each sequence's newest `window` rows reach its ring (no two rows race for a slot).
   sw.seq_end = buf<int64_t>("dspark.main_end", 1);
-  sw.table = swa;
-  sw.rows = rows;
-  sw.ring_block = static_cast<int32_t>(i);
-  sw.window = static_cast<int32_t>(cfg_.sliding_window);
   sw.write_ring = true;
-  sw.eps = static_cast<float>(cfg_.rms_norm_eps);
-  sw.dim = static_cast<int32_t>(hd);
-  sw.rope_dim = static_cast<int32_t>(cfg_.rope_head_dim);
-  sw.precision = act_;
   swa_write(sw, ls_);
   after("swa_write (main_kv)", i);
 }
