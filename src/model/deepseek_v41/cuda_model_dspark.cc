@@ -1,0 +1,292 @@
+// DSpark drafting on the GPU (delta spec §4.2; Model::dspark_prefill / dspark_step are the
+// reference; docs/design/cuda_forward.md, "DSpark on the GPU").
+
+#include "model/deepseek_v41/cuda_model_impl.h"
+
+namespace di::v41::gpu {
+
+CudaSeqState& CudaModel::gpu_draft_state(SequenceState& state) const {
+  auto* st = dynamic_cast<CudaSeqState*>(&state);
+  DI_CHECK(st != nullptr, "DSpark: sequence state of another model or backend");
+  DI_CHECK(st->kv == dkv_, "DSpark: sequence state of another CUDA model");
+  DI_CHECK(gpu_drafter(), "DSpark: this model has no draft stages");
+  return *st;
+}
+
+SequenceState& CudaModel::draft_state(SequenceState& state) const {
+  auto* st = dynamic_cast<CudaSeqState*>(&state);
+  DI_CHECK(st != nullptr, "DSpark: sequence state of another model or backend");
+  DI_CHECK(st->draft != nullptr, "DSpark: this model has no draft stages");
+  return *st->draft;
+}
+
+void CudaModel::dspark_main_x(const std::vector<const std::vector<double>*>& rows) {
+  const int64_t D = cfg_.hidden_size, n = static_cast<int64_t>(rows.size());
+  const int64_t k = draft_.main_proj.k;  // taps of the target layers, concatenated
+  // The taps in the activation precision (bf16 taps widened by the backbone: exact again).
+  std::vector<uint8_t> bytes(static_cast<size_t>(n * k) * act_bytes());
+  for (int64_t r = 0; r < n; ++r) {
+    const std::vector<double>& row = *rows[static_cast<size_t>(r)];
+    DI_CHECK(static_cast<int64_t>(row.size()) == k,
+             "dspark: main_hidden row has {} values, main_proj expects {}", row.size(), k);
+    for (int64_t c = 0; c < k; ++c) {
+      const auto f = static_cast<float>(row[static_cast<size_t>(c)]);
+      const auto at = static_cast<size_t>(r * k + c);
+      if (act_ == ActPrecision::kBF16) {
+        const uint16_t b = bf16_from_float(f);
+        std::memcpy(bytes.data() + 2 * at, &b, 2);
+      } else {
+        std::memcpy(bytes.data() + 4 * at, &f, 4);
+      }
+    }
+  }
+  const uint8_t* taps = upload<uint8_t>("dspark.taps", bytes);
+  void* mx = act("dspark.main_x", n * D);
+  gemm_x(taps, n, draft_.main_proj, mx);  // linear_q: act_quant 32, FP8 GEMM
+  norm_rows(mx, mx, n, draft_.main_norm, "rms_norm (main_norm)");
+}
+
+void CudaModel::dspark_main_kv(int64_t i, const PagedTable& swa, int64_t rows) {
+  const DevBlock& w = blocks_[static_cast<size_t>(i)];
+  const int64_t hd = cfg_.head_dim;
+  void* kv = act("dspark.main_kv", rows * hd);
+  gemm_x(act("dspark.main_x", rows * cfg_.hidden_size), rows, w.wkv, kv);
+  SwaWriteParams sw = swa_params(i, swa, kv, rows);
+  sw.seq = buf<int32_t>("dspark.main_seq", rows);
+  sw.positions = buf<int64_t>("dspark.main_pos", rows);
+  // Only each sequence's newest `window` rows reach its ring (no two rows race for a slot).
+  sw.seq_end = buf<int64_t>("dspark.main_end", 1);
+  sw.write_ring = true;
+  swa_write(sw, ls_);
+  after("swa_write (main_kv)", i);
+}
+
+void CudaModel::dspark_prefill_gpu(CudaSeqState& st,
+                                   const std::vector<std::vector<double>>& main_hidden_rows) {
+  DI_CUDA_CHECK(cudaSetDevice(cuda_.device));
+  const auto total = static_cast<int64_t>(main_hidden_rows.size());
+  if (total == 0) return;
+  // A ring keeps the newest `window` positions: the rows before them would be overwritten within
+  // this call, so only the last `window` rows are computed (the CPU writes every row in turn;
+  // the ring ends the same).
+  for (int64_t r = 0; r < total; ++r) {
+    DI_CHECK(
+        static_cast<int64_t>(main_hidden_rows[static_cast<size_t>(r)].size()) == draft_.main_proj.k,
+        "dspark_prefill: main_hidden row {} has {} values, main_proj expects {}", r,
+        main_hidden_rows[static_cast<size_t>(r)].size(), draft_.main_proj.k);
+  }
+  const int64_t skip = std::max<int64_t>(0, total - cfg_.sliding_window);
+  const int64_t n = total - skip;
+  const int64_t first = st.draft_tokens + skip;  // position of the first computed row
+  begin_step();
+  Step step;
+  step.seqs.push_back({&st, first, n, 0, {}, {}});
+  step.rows = n;
+  DI_CHECK(
+      !dkv_->kv.pages(st.id, StateKind::kSwaRing, 0).empty(),
+      "dspark_prefill: the sequence holds no cache pages yet (run its backbone prefill first)");
+  const PagedTable swa =
+      page_tables(step, {dkv_->kv.layout().table_index(StateKind::kSwaRing, 0)}).at(0);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r)
+    pos[static_cast<size_t>(r)] = first + r;
+  upload<int32_t>("dspark.main_seq", std::vector<int32_t>(static_cast<size_t>(n), 0));
+  upload<int64_t>("dspark.main_pos", pos);
+  upload<int64_t>("dspark.main_end", std::vector<int64_t>{first + n});
+  std::vector<const std::vector<double>*> rows;
+  for (int64_t r = skip; r < total; ++r)
+    rows.push_back(&main_hidden_rows[static_cast<size_t>(r)]);
+  dspark_main_x(rows);
+  for (int64_t s = 0; s < cfg_.num_nextn_predict_layers; ++s) {
+    cur_block_ = cfg_.num_layers + s;
+    dspark_main_kv(cur_block_, swa, n);
+  }
+  cur_block_ = -1;
+  stream_.synchronize();
+  collect_op_times();
+  st.draft_tokens += total;
+}
+
+std::vector<DraftResult> CudaModel::dspark_step_gpu(std::span<const DraftRequest> requests) {
+  DI_CUDA_CHECK(cudaSetDevice(cuda_.device));
+  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
+  const int64_t bsz = cfg_.dspark_block_size, rank = cfg_.dspark_markov_rank;
+  const auto B = static_cast<int64_t>(requests.size());  // sequences drafted together
+  const int64_t R = B * bsz;
+  const auto ab = static_cast<int64_t>(act_bytes());
+  DI_CHECK(B > 0 && R <= 65535, "dspark: {} sequences in one drafting step", B);
+  DI_CHECK(tracer_ == nullptr || B == 1, "dspark: tracing drafts one sequence per call");
+  std::vector<CudaSeqState*> states;
+  std::vector<const std::vector<double>*> taps;
+  for (const DraftRequest& q : requests) {
+    DI_CHECK(q.state != nullptr && q.main_hidden_row != nullptr,
+             "dspark: request {} lacks its state or main_hidden row", states.size());
+    CudaSeqState& st = gpu_draft_state(*q.state);
+    DI_CHECK(q.input_id >= 0 && q.input_id < cfg_.vocab_size,
+             "dspark: input id {} outside vocabulary (request {})", q.input_id, states.size());
+    const auto dup = std::find(states.begin(), states.end(), &st);
+    DI_CHECK(dup == states.end(), "dspark: requests {} and {} draft the same sequence",
+             dup - states.begin(), states.size());
+    DI_CHECK(!dkv_->kv.pages(st.id, StateKind::kSwaRing, 0).empty(),
+             "dspark_step: the sequence of request {} holds no cache pages yet (run its backbone "
+             "prefill first)",
+             states.size());
+    states.push_back(&st);
+    taps.push_back(q.main_hidden_row);
+  }
+  begin_step();
+  // Sequence b drafts after its backbone consumed position p_b (its draft_tokens): block rows
+  // b * bsz .. at positions p_b + 1 .. p_b + bsz under the names the block launches read, and
+  // its main row at position p_b.
+  Step step;
+  std::vector<int64_t> positions, ids, chunk_start, chunk_row0, seq_end, main_pos, main_end;
+  std::vector<int32_t> seq, main_seq;
+  for (int64_t b = 0; b < B; ++b) {
+    CudaSeqState& st = *states[static_cast<size_t>(b)];
+    const int64_t p = st.draft_tokens;
+    step.seqs.push_back({&st, p + 1, bsz, b * bsz, {}, {}});
+    for (int64_t r = 0; r < bsz; ++r) {
+      positions.push_back(p + 1 + r);
+      seq.push_back(static_cast<int32_t>(b));
+      chunk_start.push_back(p + 1);
+      chunk_row0.push_back(b * bsz);
+      ids.push_back(r == 0 ? requests[static_cast<size_t>(b)].input_id
+                           : cfg_.dspark_noise_token_id);
+    }
+    seq_end.push_back(p + 1 + bsz);
+    main_seq.push_back(static_cast<int32_t>(b));
+    main_pos.push_back(p);
+    main_end.push_back(p + 1);
+  }
+  step.rows = R;
+  step.swa = page_tables(step, {dkv_->kv.layout().table_index(StateKind::kSwaRing, 0)}).at(0);
+  upload<int64_t>("positions", positions);
+  upload<int32_t>("seq", seq);
+  upload<int64_t>("seq_end", seq_end);
+  upload<int64_t>("chunk_start", chunk_start);
+  upload<int64_t>("chunk_row0", chunk_row0);
+  upload<int32_t>("dspark.main_seq", main_seq);
+  upload<int64_t>("dspark.main_pos", main_pos);
+  upload<int64_t>("dspark.main_end", main_end);
+  image_rows_ = false;  // draft rows are text: the stages' routers use `bias` only
+  step.seq = seq;
+  step.positions = positions;
+  dspark_main_x(taps);
+  trace_act(-1, "dspark.main_x", act("dspark.main_x", B * D), {B, D});
+
+  embed_rows(ids);  // block ids [input, noise x (bsz - 1)] per sequence
+  Shared shared;
+  for (int64_t s = 0; s < cfg_.num_nextn_predict_layers; ++s) {
+    cur_block_ = cfg_.num_layers + s;
+    block_forward(cur_block_, step, shared);
+  }
+  cur_block_ = -1;
+
+  // The last stage's head: collapse with its FFN pre-mix, the stage norm, the shared LM head.
+  void* x = act("dspark.x", R * D);
+  MhcCollapseParams cp;
+  cp.stream = act("h", R * hc * D);
+  cp.pre = buf<float>("pre_mix", R * hc);
+  cp.tokens = R;
+  cp.dim = D;
+  cp.storage = mhc_storage();
+  cp.out = x;
+  mhc_collapse(cp, stream_.get());
+  after("mhc_collapse (DSpark)");
+  trace_act(-1, "dspark.x", x, {R, D});
+  void* xn = act("dspark.xn", R * D);
+  norm_rows(x, xn, R, draft_.norm, "rms_norm (DSpark)");
+  float* logits = buf<float>("dspark.logits", R * V);
+  gemv_bf16(xn, R, head_, logits);
+  // The confidence head's input rows [x_r ; m_r]: x now, m_r as the Markov loop embeds it.
+  const int64_t cw = D + rank;
+  auto* cat = static_cast<uint8_t*>(act("dspark.cat", R * cw));
+  DI_CUDA_CHECK(cudaMemcpy2DAsync(cat, static_cast<size_t>(cw * ab), x, static_cast<size_t>(D * ab),
+                                  static_cast<size_t>(D * ab), static_cast<size_t>(R),
+                                  cudaMemcpyDeviceToDevice, stream_.get()));
+  mark_op("dspark cat x");
+  // The Markov loop, row by row over all sequences at once: m = embed[prev], bias = head . m,
+  // logits_r += bias, prev = argmax (the greedy draft).
+  std::vector<int64_t> inputs;
+  for (const DraftRequest& q : requests)
+    inputs.push_back(q.input_id);
+  int64_t* prev = upload<int64_t>("dspark.prev", inputs);
+  int64_t* drafts = buf<int64_t>("dspark.drafts", R);
+  void* m = act("dspark.m", B * rank);
+  float* bias = buf<float>("dspark.bias", B * V);
+  for (int64_t r = 0; r < bsz; ++r) {
+    EmbeddingParams mp;
+    mp.table = draft_.markov_embed.w;
+    mp.ids = prev;
+    mp.out = m;
+    mp.rows = B;
+    mp.vocab = draft_.markov_embed.n;
+    mp.dim = rank;
+    mp.copies = 1;
+    mp.precision = act_;
+    embedding_gather(mp, stream_.get());
+    after("embedding_gather (markov)");
+    DI_CUDA_CHECK(cudaMemcpy2DAsync(cat + (r * cw + D) * ab, static_cast<size_t>(bsz * cw * ab), m,
+                                    static_cast<size_t>(rank * ab), static_cast<size_t>(rank * ab),
+                                    static_cast<size_t>(B), cudaMemcpyDeviceToDevice,
+                                    stream_.get()));
+    mark_op("dspark cat m");
+    gemv_bf16(m, B, draft_.markov_head, bias);
+    MarkovStepParams mk;
+    mk.logits = logits + r * V;
+    mk.logits_stride = bsz * V;
+    mk.bias = bias;
+    mk.next = prev;
+    mk.drafts = drafts + r;
+    mk.drafts_stride = bsz;
+    mk.rows = B;
+    mk.vocab = V;
+    markov_step(mk, stream_.get());
+    after("markov_step");
+  }
+  float* conf = buf<float>("dspark.confidence", R);
+  gemv_bf16(cat, R, draft_.confidence, conf);  // proj([x_r ; m_r]): a raw fp32 logit
+
+  // Results into pinned memory, one synchronisation.
+  // (Pinned unless the logits are large: see kPinnedLogitsMaxBytes.)
+  const size_t logit_bytes = static_cast<size_t>(R * V) * sizeof(float);
+  std::vector<float> pageable;
+  float* h_logits = nullptr;
+  if (logit_bytes <= kPinnedLogitsMaxBytes) {
+    h_logits = reinterpret_cast<float*>(uploads_.allocate(logit_bytes, 64).data());
+  } else {
+    pageable.resize(static_cast<size_t>(R * V));
+    h_logits = pageable.data();
+  }
+  auto* h_drafts = reinterpret_cast<int64_t*>(
+      uploads_.allocate(static_cast<size_t>(R) * sizeof(int64_t), 64).data());
+  auto* h_conf = reinterpret_cast<float*>(
+      uploads_.allocate(static_cast<size_t>(R) * sizeof(float), 64).data());
+  DI_CUDA_CHECK(
+      cudaMemcpyAsync(h_logits, logits, logit_bytes, cudaMemcpyDeviceToHost, stream_.get()));
+  DI_CUDA_CHECK(cudaMemcpyAsync(h_drafts, drafts, static_cast<size_t>(R) * sizeof(int64_t),
+                                cudaMemcpyDeviceToHost, stream_.get()));
+  DI_CUDA_CHECK(cudaMemcpyAsync(h_conf, conf, static_cast<size_t>(R) * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream_.get()));
+  mark_op("dspark results to host");
+  stream_.synchronize();
+  collect_op_times();
+  std::vector<DraftResult> out(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    states[static_cast<size_t>(b)]->draft_tokens += 1;
+    DraftResult& res = out[static_cast<size_t>(b)];
+    for (int64_t r = b * bsz; r < (b + 1) * bsz; ++r) {
+      res.draft_ids.push_back(h_drafts[r]);
+      res.logits.emplace_back(h_logits + r * V, h_logits + (r + 1) * V);
+      res.confidence.push_back(static_cast<double>(h_conf[r]));
+    }
+  }
+  if (tracer_ != nullptr) {
+    tracer_->record("dspark.logits", std::vector<double>(h_logits, h_logits + R * V), {bsz, V});
+    tracer_->record_ids("dspark.draft_ids", out[0].draft_ids, {bsz});
+    tracer_->record("dspark.confidence", out[0].confidence, {bsz});
+  }
+  return out;
+}
+
+}  // namespace di::v41::gpu
