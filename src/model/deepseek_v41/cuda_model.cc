@@ -531,7 +531,11 @@ void CudaModel::trace_dev(int64_t block, std::string_view name, const void* dev,
       wide[k] = f;
     }
   }
-  const std::string full = block < 0 ? std::string(name) : fmt::format("layer.{}.{}", block, name);
+  // The CPU's names (Model::block_name): draft stages are "dspark.layer.<stage>".
+  const std::string full = block < 0 ? std::string(name)
+                           : block < cfg_.num_layers
+                               ? fmt::format("layer.{}.{}", block, name)
+                               : fmt::format("dspark.layer.{}.{}", block - cfg_.num_layers, name);
   tracer_->record(full, wide, shape);
 }
 
