@@ -295,23 +295,29 @@ TEST(ReplayFixtureCli, EveryFixtureEveryPrecisionAndQuirk) {
 
 // The CUDA backend through the CLI: with a GPU every case passes the fp32 rule; without one (CI)
 // or in a build without the CUDA backend the run stops with an error naming the reason.
+// The same with the GPU drafter (--dspark-gpu); asking for it on the CPU backend is an error.
 TEST(ReplayFixtureCli, CudaBackendPassesOrNamesWhyItCannotRun) {
   TempDir tmp;
   const fs::path fixture = fs::path(DI_SHARED_DIR) / "fixtures" / "v41-tiny-a";
   if (!fs::exists(fixture / "cases.json")) GTEST_SKIP() << "no fixture at " << fixture;
-  RunResult r =
-      run_cli("replay-fixture " + fixture.string() + " --backend cuda --precision fp32", tmp);
-  if (r.code == 0) {
-    EXPECT_NE(r.out.find("backend cuda"), std::string::npos) << r.out;
-    EXPECT_EQ(r.out.find("FAIL "), std::string::npos) << r.out;
-  } else {
+  for (const std::string extra : {"", " --dspark-gpu"}) {
+    RunResult r = run_cli(
+        "replay-fixture " + fixture.string() + " --backend cuda --precision fp32" + extra, tmp);
+    if (r.code == 0) {
+      EXPECT_NE(r.out.find("backend cuda"), std::string::npos) << r.out;
+      EXPECT_EQ(r.out.find("FAIL "), std::string::npos) << extra << r.out;
+    } else {
 #if DI_WITH_CUDA
-    EXPECT_NE(r.err.find("CUDA device"), std::string::npos) << r.out << r.err;
+      EXPECT_NE(r.err.find("CUDA device"), std::string::npos) << r.out << r.err;
 #else
-    EXPECT_NE(r.err.find("DI_ENABLE_CUDA"), std::string::npos) << r.out << r.err;
+      EXPECT_NE(r.err.find("DI_ENABLE_CUDA"), std::string::npos) << r.out << r.err;
 #endif
-    EXPECT_LT(r.code, 1000) << "crashed\n" << r.err;
+      EXPECT_LT(r.code, 1000) << "crashed\n" << r.err;
+    }
   }
+  RunResult cpu = run_cli("replay-fixture " + fixture.string() + " --dspark-gpu", tmp);
+  EXPECT_NE(cpu.code, 0);
+  EXPECT_NE(cpu.err.find("--dspark-gpu needs --backend cuda"), std::string::npos) << cpu.err;
 }
 
 TEST(ReplayFixtureCli, BadFixtureDirectoryIsAClearError) {
