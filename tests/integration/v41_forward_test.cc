@@ -219,6 +219,50 @@ TEST_F(V41Fixture, DsparkStepsOfSeveralSequencesEqualEachAlone) {
   EXPECT_THROW(model->dspark_steps(requests), Error);
 }
 
+// dspark_prefill of more rows than a ring holds computes only the rows the rings keep (untraced);
+// the drafts equal those of a traced run, which computes every row.
+TEST_F(V41Fixture, DsparkPrefillOfALongPromptEqualsTheFullComputation) {
+  ForwardOptions opts;
+  opts.precision = Precision::kFp32;
+  auto plain = load_cpu_forward_model(kTinyFixtureA, opts);
+  auto traced = load_cpu_forward_model(kTinyFixtureA, opts);
+  TraceRecorder recorder;
+  traced->set_tracer(&recorder);
+  std::vector<int64_t> prompt;
+  for (int64_t i = 0; i < 30; ++i)  // the fixture's window is 8
+    prompt.push_back((i * 37 + 5) % plain->vocab_size());
+  auto a = plain->new_sequence();
+  auto b = traced->new_sequence();
+  SequenceChunk ca{a.get(), prompt}, cb{b.get(), prompt};
+  const ForwardResult r = plain->forward({&ca, 1});
+  recorder.set_run("prefill");  // a run name per call: each records its names once
+  traced->forward({&cb, 1});
+  ASSERT_GT(static_cast<int64_t>(r.main_hidden[0].size()), 8);
+  plain->dspark_prefill(*a, r.main_hidden[0]);
+  recorder.set_run("dspark_prefill");
+  traced->dspark_prefill(*b, r.main_hidden[0]);
+  const int64_t next = argmax(r.logits[0]);
+  SequenceChunk da{a.get(), std::span<const int64_t>(&next, 1)};
+  SequenceChunk db{b.get(), std::span<const int64_t>(&next, 1)};
+  const ForwardResult s = plain->forward({&da, 1});
+  recorder.set_run("decode");
+  traced->forward({&db, 1});
+  const int64_t input = argmax(s.logits[0]);
+  const DraftResult x = plain->dspark_step(*a, input, s.main_hidden[0].back());
+  recorder.set_run("dspark_step");
+  const DraftResult y = traced->dspark_step(*b, input, s.main_hidden[0].back());
+  EXPECT_EQ(x.draft_ids, y.draft_ids);
+  EXPECT_EQ(x.confidence, y.confidence);
+  EXPECT_EQ(x.logits, y.logits);
+  // A malformed row before the kept window is still an error.
+  std::vector<std::vector<double>> bad = r.main_hidden[0];
+  bad[0].pop_back();
+  auto c = plain->new_sequence();
+  SequenceChunk cc{c.get(), prompt};
+  plain->forward({&cc, 1});
+  EXPECT_THROW(plain->dspark_prefill(*c, bad), Error);
+}
+
 TEST_F(V41Fixture, Fp32PrefillIsCloseToFp64) {
   ForwardOptions opts;
   opts.precision = Precision::kFp32;

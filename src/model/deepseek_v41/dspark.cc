@@ -34,7 +34,18 @@ void Model<T>::dspark_prefill(SequenceState& state,
   const auto n_rows = static_cast<int64_t>(main_hidden_rows.size());
   // Traced: the ring entries each stage receives, [rows, head_dim] per stage.
   std::vector<Vec> traced_kv(tracing() ? static_cast<size_t>(cfg_.num_nextn_predict_layers) : 0);
-  for (const auto& row : main_hidden_rows) {
+  // A ring keeps the newest `win` positions: rows before them are overwritten within this call,
+  // so they are computed only when traced (the trace holds every row's entry).
+  const int64_t skip = tracing() ? 0 : std::max<int64_t>(0, n_rows - win);
+  const int64_t cols = w_.blocks[static_cast<size_t>(cfg_.num_layers)].main_proj->cols;
+  for (int64_t k = 0; k < skip; ++k) {
+    const size_t got = main_hidden_rows[static_cast<size_t>(k)].size();
+    DI_CHECK(static_cast<int64_t>(got) == cols,
+             "dspark: main_hidden row {} has {} values, main_proj expects {}", k, got, cols);
+  }
+  st.draft_tokens += skip;
+  for (int64_t k = skip; k < n_rows; ++k) {
+    const auto& row = main_hidden_rows[static_cast<size_t>(k)];
     const Vec main_x = main_x_of(row);
     const int64_t pos = st.draft_tokens++;
     for (int64_t s = 0; s < cfg_.num_nextn_predict_layers; ++s) {
