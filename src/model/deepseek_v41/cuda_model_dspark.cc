@@ -41,16 +41,21 @@ void CudaModel::dspark_main_x(const std::vector<const std::vector<double>*>& row
     }
   }
   const uint8_t* taps = upload<uint8_t>("dspark.taps", bytes);
-  void* mx = act("dspark.main_x", n * D);
-  gemm_x(taps, n, draft_.main_proj, mx);  // linear_q: act_quant 32, FP8 GEMM
-  norm_rows(mx, mx, n, draft_.main_norm, "rms_norm (main_norm)");
+  void* proj = act("dspark.main_proj", n * D);
+  gemm_x(taps, n, draft_.main_proj, proj);  // linear_q: act_quant 32, FP8 GEMM
+  // main_norm, and main_x's act_quant once for every stage's wkv (the same codes each time).
+  norm_quant(proj, n, D, draft_.main_norm, act("dspark.main_x", n * D),
+             buf<uint8_t>("dspark.main_xq", n * D),
+             buf<uint8_t>("dspark.main_xs", n * D / kActBlock));
 }
 
 void CudaModel::dspark_main_kv(int64_t i, const PagedTable& swa, int64_t rows) {
   const DevBlock& w = blocks_[static_cast<size_t>(i)];
   const int64_t hd = cfg_.head_dim;
   void* kv = act("dspark.main_kv", rows * hd);
-  gemm_x(act("dspark.main_x", rows * cfg_.hidden_size), rows, w.wkv, kv);
+  const int64_t D = cfg_.hidden_size;
+  gemm_q(buf<uint8_t>("dspark.main_xq", rows * D),
+         buf<uint8_t>("dspark.main_xs", rows * D / kActBlock), rows, w.wkv, kv);
   SwaWriteParams sw = swa_params(i, swa, kv, rows);
   sw.seq = buf<int32_t>("dspark.main_seq", rows);
   sw.positions = buf<int64_t>("dspark.main_pos", rows);
@@ -169,8 +174,6 @@ std::vector<DraftResult> CudaModel::dspark_step_gpu(std::span<const DraftRequest
   upload<int64_t>("dspark.main_pos", main_pos);
   upload<int64_t>("dspark.main_end", main_end);
   image_rows_ = false;  // draft rows are text: the stages' routers use `bias` only
-  step.seq = seq;
-  step.positions = positions;
   dspark_main_x(taps);
   trace_act(-1, "dspark.main_x", act("dspark.main_x", B * D), {B, D});
 

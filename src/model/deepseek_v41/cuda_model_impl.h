@@ -261,9 +261,10 @@ class CudaModel final : public ForwardModel {
   // The GPU drafter (delta spec §4.2; Model::dspark_prefill / dspark_step are the reference).
   void dspark_prefill_gpu(CudaSeqState& st, const std::vector<std::vector<double>>& rows);
   std::vector<DraftResult> dspark_step_gpu(std::span<const DraftRequest> requests);
-  // main_x = main_norm(main_proj(taps)) of the given tap rows into "dspark.main_x".
+  // main_x = main_norm(main_proj(taps)) of the given tap rows into "dspark.main_x", with its
+  // act_quant in "dspark.main_xq" / "dspark.main_xs" (the stages' wkv input).
   void dspark_main_x(const std::vector<const std::vector<double>*>& rows);
-  // main_kv of the "dspark.main_x" rows (rows "dspark.main_seq" / "dspark.main_pos", per sequence
+  // main_kv of the quantised main_x rows (rows "dspark.main_seq" / "dspark.main_pos", per sequence
   // "dspark.main_end") into the ring of draft stage block i: only accepted context enters a ring.
   void dspark_main_kv(int64_t i, const PagedTable& swa, int64_t rows);
   // The window-KV write of block i's kv rows into `swa`: weights, RoPE, ring and formats set;
