@@ -564,8 +564,8 @@ Measured run_model(const std::string& dir, const RunOptions& o) {
   }
   if (o.dspark > 0) {
     // The stage rings seeded with a window of main_kv rows (their values do not change the
-    // time), one warm-up step (buffers grow), then the timed steps: each is one dspark_step call
-    // as the engine makes it, results on the host (the logits of every draft row included).
+    // time), one warm-up step (buffers grow), then the timed steps: each is one dspark_steps call
+    // over every sequence, results on the host (the logits of every draft row included).
     std::vector<di::DraftRequest> requests;
     for (size_t s = 0; s < seqs.size(); ++s) {
       model->dspark_prefill(*seqs[s], std::vector<std::vector<double>>(

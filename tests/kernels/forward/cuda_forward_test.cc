@@ -98,6 +98,22 @@ CompressedTokenMap token_map_for(const fs::path& model_dir) {
   return CompressedTokenMap(std::move(ids), cfg.engram_compressed_vocab_size, "test map");
 }
 
+// On one checkpoint: the CPU reference at `prec`, the CPU at `ref` (a yardstick precision) and the
+// GPU at `prec` with `co`.
+struct ThreeModels {
+  std::unique_ptr<ForwardModel> cpu, ref, gpu;
+};
+ThreeModels load_three(const fs::path& model_dir, Precision prec, Precision ref,
+                       const CudaForwardOptions& co) {
+  ForwardOptions fo;
+  fo.precision = prec;
+  ForwardOptions fr;
+  fr.precision = ref;
+  return {load_cpu_forward_model(model_dir, fo, token_map_for(model_dir)),
+          load_cpu_forward_model(model_dir, fr, token_map_for(model_dir)),
+          load_cuda_forward_model(model_dir, fo, co, token_map_for(model_dir))};
+}
+
 // The synthetic model is random and chaotic: wherever two fp32 runs round a value differently
 // next to a quantisation boundary (FP8 / FP4 codes, top-k), they continue on different paths, so
 // logits of two correct fp32 engines differ by far more than rounding. The yardstick is the CPU
@@ -106,15 +122,9 @@ CompressedTokenMap token_map_for(const fs::path& model_dir) {
 void run_production_dims(bool tensor_core_linears, double factor) {
   testing::TempDir dir("di-cuda-forward");
   const fs::path model_dir = synth_real_attention_model(dir.path());
-  ForwardOptions fo;
-  fo.precision = Precision::kFp32;
-  auto cpu = load_cpu_forward_model(model_dir, fo, token_map_for(model_dir));
-  ForwardOptions fo64;
-  fo64.precision = Precision::kFp64;
-  auto cpu64 = load_cpu_forward_model(model_dir, fo64, token_map_for(model_dir));
   CudaForwardOptions co;
   co.tensor_core_linears = tensor_core_linears;
-  auto gpu = load_cuda_forward_model(model_dir, fo, co, token_map_for(model_dir));
+  auto [cpu, cpu64, gpu] = load_three(model_dir, Precision::kFp32, Precision::kFp64, co);
   // 1100 tokens: ratio-2 owners hold 550 compressed entries and ratio-1 owners 1100, more than
   // top-512; the candidate pool (48 blocks of 8 = 384 positions) restricts the Reindex layers.
   const std::vector<int64_t> prompt = random_prompt(1100, 5, cpu->vocab_size());
@@ -230,15 +240,11 @@ TEST(CudaForward, TinyFixtureDsparkOnTheGpuReplays) {
 void run_dspark_production_dims(Precision prec) {
   testing::TempDir dir("di-cuda-dspark");
   const fs::path model_dir = synth_real_attention_model(dir.path());
-  ForwardOptions fo;
-  fo.precision = prec;
-  ForwardOptions fref;  // the yardstick: fp64 for fp32, fp32 for bf16
-  fref.precision = prec == Precision::kFp32 ? Precision::kFp64 : Precision::kFp32;
-  auto cpu = load_cpu_forward_model(model_dir, fo, token_map_for(model_dir));
-  auto ref = load_cpu_forward_model(model_dir, fref, token_map_for(model_dir));
   CudaForwardOptions co;
   co.dspark_on_gpu = true;
-  auto gpu = load_cuda_forward_model(model_dir, fo, co, token_map_for(model_dir));
+  // The yardstick: fp64 for fp32, fp32 for bf16.
+  auto [cpu, ref, gpu] = load_three(
+      model_dir, prec, prec == Precision::kFp32 ? Precision::kFp64 : Precision::kFp32, co);
   const std::vector<int64_t> prompt = random_prompt(300, 23, cpu->vocab_size());
   auto sc = cpu->new_sequence();
   auto sr = ref->new_sequence();
@@ -387,13 +393,7 @@ TEST(CudaForward, Bf16AtProductionAttentionDimsTracksTheCpuOracle) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   testing::TempDir dir("di-cuda-bf16");
   const fs::path model_dir = synth_real_attention_model(dir.path());
-  ForwardOptions f16;
-  f16.precision = Precision::kBf16;
-  ForwardOptions f32;
-  f32.precision = Precision::kFp32;
-  auto cpu16 = load_cpu_forward_model(model_dir, f16, token_map_for(model_dir));
-  auto cpu32 = load_cpu_forward_model(model_dir, f32, token_map_for(model_dir));
-  auto gpu16 = load_cuda_forward_model(model_dir, f16, {}, token_map_for(model_dir));
+  auto [cpu16, cpu32, gpu16] = load_three(model_dir, Precision::kBf16, Precision::kFp32, {});
   const std::vector<int64_t> prompt = random_prompt(600, 17, gpu16->vocab_size());
   auto s16 = cpu16->new_sequence();
   auto s32 = cpu32->new_sequence();
