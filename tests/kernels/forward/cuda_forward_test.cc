@@ -236,7 +236,8 @@ TEST(CudaForward, TinyFixtureDsparkOnTheGpuReplays) {
 // heads, window 128: the tensor-core draft-block attention in bf16, the fp32 one in fp32), fed
 // the same taps and input ids after a 300-token prompt (the stage rings wrapped). Yardstick as
 // above: the CPU's own distance between two precisions; rows are compared while the drafts before
-// them agree (the Markov bias follows the previous draft).
+// them agree (the Markov bias follows the previous draft), and a draft that differs from the
+// CPU's must be a near-tie by the same yardstick.
 void run_dspark_production_dims(Precision prec) {
   testing::TempDir dir("di-cuda-dspark");
   const fs::path model_dir = synth_real_attention_model(dir.path());
@@ -293,10 +294,22 @@ void run_dspark_production_dims(Precision prec) {
       EXPECT_LE(gpu_rel, std::max(floor, factor * ref_rel)) << "step " << k << " row " << j;
       EXPECT_LE(conf_gpu, std::max(floor * (1.0 + std::fabs(dc.confidence[j])), factor * conf_ref))
           << "step " << k << " row " << j;
-      // The greedy draft agrees unless the two CPU precisions disagree on it (a near-tie).
-      if (dr.draft_ids[j] == dc.draft_ids[j]) {
-        EXPECT_EQ(dg.draft_ids[j], dc.draft_ids[j]) << "step " << k << " row " << j;
+      // The greedy draft is the CPU's, or a near-tie of it: the CPU's logit at the GPU's draft
+      // is within `factor` times the largest elementwise distance between the two CPU
+      // precisions of the CPU's maximum (in bf16 that distance is a few tenths, and a random
+      // model's top logits over 129,280 entries lie closer than that).
+      double spread = 0.0;
+      for (size_t v = 0; v < dc.logits[j].size(); ++v)
+        spread = std::max(spread, std::fabs(double(dr.logits[j][v]) - double(dc.logits[j][v])));
+      const auto at = [&](int64_t t) { return double(dc.logits[j][static_cast<size_t>(t)]); };
+      if (dg.draft_ids[j] != dc.draft_ids[j]) {
+        std::printf(
+            "step %d row %zu: draft %lld (cpu logit %.4g) vs cpu %lld (%.4g), spread %.3g\n", k, j,
+            static_cast<long long>(dg.draft_ids[j]), at(dg.draft_ids[j]),
+            static_cast<long long>(dc.draft_ids[j]), at(dc.draft_ids[j]), spread);
       }
+      EXPECT_GE(at(dg.draft_ids[j]), at(dc.draft_ids[j]) - factor * spread)
+          << "step " << k << " row " << j;
       ++compared;
     }
   }
