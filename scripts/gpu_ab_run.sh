@@ -9,7 +9,7 @@
 #
 # --parity V first runs variant V's bundled *_test binaries and, with the fixture bundled
 # (gpu_ab_bundle.sh --fixture), `deepinfer replay-fixture --backend cuda` for fp32 (both index-key
-# behaviours) and bf16, and both again with the GPU drafter (--dspark-gpu); a failure is reported
+# behaviours) and bf16 (the GPU drafter), and both again with the CPU drafter (--dspark-cpu); a failure is reported
 # in the exit status, the benchmarks still run.
 # (GTEST_FILTER in the environment applies to every test binary.)
 set -uo pipefail
@@ -40,10 +40,10 @@ if [[ -n "${parity}" ]]; then
     echo "${parity} $(basename "${t}"): $(grep -E '^\[  (PASSED|FAILED)  \]' "${log}" | tr '\n' ' ')"
   done
   if [[ -d "${fx}" && -x .carry/ab/"${parity}"/deepinfer ]]; then
-    for run in "fp32 intended" "fp32 shipped" "bf16 intended" "fp32 intended --dspark-gpu" \
-               "bf16 intended --dspark-gpu"; do
+    for run in "fp32 intended" "fp32 shipped" "bf16 intended" "fp32 intended --dspark-cpu" \
+               "bf16 intended --dspark-cpu"; do
       read -r prec quirk flag <<< "${run}"
-      log="${out}/replay-${parity}-${prec}-${quirk}${flag:+-dspark-gpu}.log"
+      log="${out}/replay-${parity}-${prec}-${quirk}${flag:+-dspark-cpu}.log"
       # shellcheck disable=SC2086
       .carry/ab/"${parity}"/deepinfer replay-fixture "${fx}" --backend cuda --precision "${prec}" \
         --quirk "${quirk}" ${flag} > "${log}" 2>&1 || status=1

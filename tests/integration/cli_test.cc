@@ -295,12 +295,12 @@ TEST(ReplayFixtureCli, EveryFixtureEveryPrecisionAndQuirk) {
 
 // The CUDA backend through the CLI: with a GPU every case passes the fp32 rule; without one (CI)
 // or in a build without the CUDA backend the run stops with an error naming the reason.
-// The same with the GPU drafter (--dspark-gpu); asking for it on the CPU backend is an error.
+// The same with the CPU drafter (--dspark-cpu); asking for it on the CPU backend is an error.
 TEST(ReplayFixtureCli, CudaBackendPassesOrNamesWhyItCannotRun) {
   TempDir tmp;
   const fs::path fixture = fs::path(DI_SHARED_DIR) / "fixtures" / "v41-tiny-a";
   if (!fs::exists(fixture / "cases.json")) GTEST_SKIP() << "no fixture at " << fixture;
-  for (const std::string extra : {"", " --dspark-gpu"}) {
+  for (const std::string extra : {"", " --dspark-cpu"}) {
     RunResult r = run_cli(
         "replay-fixture " + fixture.string() + " --backend cuda --precision fp32" + extra, tmp);
     if (r.code == 0) {
@@ -315,9 +315,9 @@ TEST(ReplayFixtureCli, CudaBackendPassesOrNamesWhyItCannotRun) {
       EXPECT_LT(r.code, 1000) << "crashed\n" << r.err;
     }
   }
-  RunResult cpu = run_cli("replay-fixture " + fixture.string() + " --dspark-gpu", tmp);
+  RunResult cpu = run_cli("replay-fixture " + fixture.string() + " --dspark-cpu", tmp);
   EXPECT_NE(cpu.code, 0);
-  EXPECT_NE(cpu.err.find("--dspark-gpu needs --backend cuda"), std::string::npos) << cpu.err;
+  EXPECT_NE(cpu.err.find("--dspark-cpu needs --backend cuda"), std::string::npos) << cpu.err;
 }
 
 TEST(ReplayFixtureCli, BadFixtureDirectoryIsAClearError) {

@@ -34,7 +34,7 @@ struct ReplayCliOptions {
   std::string dump_layers;
   bool compare_trace = false;
   bool trace_only = false;
-  bool dspark_gpu = false;  // --backend cuda: draft on the GPU (CudaForwardOptions::dspark_on_gpu)
+  bool dspark_cpu = false;  // --backend cuda: draft on the CPU reference (!dspark_on_gpu)
   double trace_threshold = 1e-6;
 };
 
@@ -179,10 +179,10 @@ int run_replay(const ReplayCliOptions& o) {
   fo.quirk = o.quirk == "shipped" ? IndexKeyQuirk::kShipped : IndexKeyQuirk::kIntended;
   const fs::path model_dir = o.model_dir.empty() ? fs::path(o.fixture_dir) : fs::path(o.model_dir);
   const auto t0 = std::chrono::steady_clock::now();
-  DI_CHECK(!o.dspark_gpu || o.backend == "cuda", "--dspark-gpu needs --backend cuda");
+  DI_CHECK(!o.dspark_cpu || o.backend == "cuda", "--dspark-cpu needs --backend cuda");
 #if DI_HAVE_CUDA
   CudaForwardOptions co;
-  co.dspark_on_gpu = o.dspark_gpu;
+  co.dspark_on_gpu = !o.dspark_cpu;
   std::unique_ptr<ForwardModel> model = o.backend == "cuda"
                                             ? load_cuda_forward_model(model_dir, fo, co)
                                             : load_cpu_forward_model(model_dir, fo);
@@ -256,9 +256,9 @@ Command add_replay_fixture(CLI::App& root) {
   app->add_flag("--compare-trace", o->compare_trace,
                 "run the layer-trace forwards and diff them by name with FIXTURE_DIR/"
                 "trace.safetensors; prints the first name beyond --trace-threshold");
-  app->add_flag("--dspark-gpu", o->dspark_gpu,
-                "--backend cuda: run the DSpark drafter on the GPU (default: the CPU reference "
-                "drafts inside the CUDA model)");
+  app->add_flag("--dspark-cpu", o->dspark_cpu,
+                "--backend cuda: the CPU reference drafts inside the CUDA model (default: the "
+                "DSpark drafter runs on the GPU)");
   app->add_option("--trace-threshold", o->trace_threshold,
                   "largest max|diff|/std(ref) for a float intermediate (default 1e-6)");
   app->add_flag("--trace-only", o->trace_only,

@@ -49,9 +49,9 @@ struct CudaForwardOptions {
   int64_t kv_cache_page_bytes = 64 * 1024;
   // DSpark drafting (models with draft stages): true = on the GPU (the stage blocks with the
   // draft-block attention, the stage head and the Markov loop as CUDA kernels, the stage rings in
-  // the device cache); false = the CPU reference drafts inside the CUDA model (the interim path,
-  // the default until the GPU drafter has passed the fixtures on the device).
-  bool dspark_on_gpu = false;
+  // the device cache; passed its fixtures and parity tests on the H200, twenty-first session);
+  // false = the CPU reference drafts inside the CUDA model (the earlier path, kept as a yardstick).
+  bool dspark_on_gpu = true;
 };
 
 // Loads a DeepSeek-V4.1 checkpoint directory onto the GPU (all weights into device memory).

@@ -207,24 +207,28 @@ TEST(CudaForward, TinyFixtureReplaysByTheFp32Rule) {
 }
 
 // The GPU drafter (CudaForwardOptions::dspark_on_gpu: the stage blocks, the draft-block attention,
-// the head and the Markov loop on the device) on the fixture: every case, DSpark outputs included,
-// by the fp32 rule and by the bf16 rule.
-TEST(CudaForward, TinyFixtureDsparkOnTheGpuReplays) {
+// the head and the Markov loop on the device) is the default, which the fp32-rule replays above
+// cover. Here the fixture's every case, DSpark outputs included, by the bf16 rule with it, and by
+// both rules with the CPU reference drafting inside the CUDA model (dspark_on_gpu = false).
+TEST(CudaForward, TinyFixtureDsparkOnTheGpuAndOnTheCpuReplays) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const fs::path dir = fixture_dir();
   if (!fs::exists(dir / "cases.safetensors")) GTEST_SKIP() << "fixture absent: " << dir;
-  for (const Precision prec : {Precision::kFp32, Precision::kBf16}) {
+  for (const auto& [prec, on_gpu] :
+       {std::pair{Precision::kBf16, true}, std::pair{Precision::kFp32, false},
+        std::pair{Precision::kBf16, false}}) {
     ForwardOptions fo;
     fo.precision = prec;
     CudaForwardOptions co;
-    co.dspark_on_gpu = true;
+    co.dspark_on_gpu = on_gpu;
     auto gpu = load_cuda_forward_model(dir, fo, co);
     ReplayOptions ro;
     ro.precision = prec;
     const ReplayReport report = replay_fixture(dir, *gpu, ro);
     EXPECT_FALSE(report.cases.empty());
     for (const CaseReport& c : report.cases) {
-      EXPECT_TRUE(c.pass()) << (prec == Precision::kFp32 ? "fp32 " : "bf16 ") << c.name
+      EXPECT_TRUE(c.pass()) << (prec == Precision::kFp32 ? "fp32 " : "bf16 ")
+                            << (on_gpu ? "gpu drafter " : "cpu drafter ") << c.name
                             << (c.comparisons.empty() || c.comparisons[0].failures.empty()
                                     ? std::string()
                                     : ": " + c.comparisons[0].failures[0]);
