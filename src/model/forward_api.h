@@ -99,6 +99,9 @@ struct DraftRequest {
   SequenceState* state = nullptr;
   int64_t input_id = 0;
   const std::vector<double>* main_hidden_row = nullptr;
+  // false: the result's logits stay empty — the drafts and confidences are all that greedy
+  // verification reads, and a GPU backend then copies 5 x vocab floats less per sequence.
+  bool logits = true;
 };
 
 // The forward pass of a loaded model on some backend.
@@ -130,8 +133,10 @@ class ForwardModel {
     }
     std::vector<DraftResult> out;
     out.reserve(requests.size());
-    for (const DraftRequest& r : requests)
+    for (const DraftRequest& r : requests) {
       out.push_back(dspark_step(*r.state, r.input_id, *r.main_hidden_row));
+      if (!r.logits) out.back().logits.clear();
+    }
     return out;
   }
   virtual int64_t vocab_size() const = 0;

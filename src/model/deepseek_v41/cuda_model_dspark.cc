@@ -250,23 +250,44 @@ std::vector<DraftResult> CudaModel::dspark_step_gpu(std::span<const DraftRequest
   float* conf = buf<float>("dspark.confidence", R);
   gemv_bf16(cat, R, draft_.confidence, conf);  // proj([x_r ; m_r]): a raw fp32 logit
 
-  // Results into pinned memory, one synchronisation.
-  // (Pinned unless the logits are large: see kPinnedLogitsMaxBytes.)
-  const size_t logit_bytes = static_cast<size_t>(R * V) * sizeof(float);
+  // Results into pinned memory, one synchronisation: the drafts, the confidences, and the logits
+  // of the sequences that asked for them (DraftRequest::logits; their rows, contiguous per
+  // sequence). Pinned unless the logits are large: see kPinnedLogitsMaxBytes.
+  int64_t with_logits = 0;
+  for (const DraftRequest& q : requests)
+    with_logits += q.logits ? 1 : 0;
+  const bool traced = tracer_ != nullptr;
+  const size_t logit_bytes =
+      static_cast<size_t>((traced ? B : with_logits) * bsz * V) * sizeof(float);
   std::vector<float> pageable;
   float* h_logits = nullptr;
   if (logit_bytes <= kPinnedLogitsMaxBytes) {
     h_logits = reinterpret_cast<float*>(uploads_.allocate(logit_bytes, 64).data());
   } else {
-    pageable.resize(static_cast<size_t>(R * V));
+    pageable.resize(logit_bytes / sizeof(float));
     h_logits = pageable.data();
   }
   auto* h_drafts = reinterpret_cast<int64_t*>(
       uploads_.allocate(static_cast<size_t>(R) * sizeof(int64_t), 64).data());
   auto* h_conf = reinterpret_cast<float*>(
       uploads_.allocate(static_cast<size_t>(R) * sizeof(float), 64).data());
-  DI_CUDA_CHECK(
-      cudaMemcpyAsync(h_logits, logits, logit_bytes, cudaMemcpyDeviceToHost, stream_.get()));
+  // h_row[b]: sequence b's first logits row on the host. Traced: every sequence's, in one copy
+  // (the tracer records all rows); else one copy per sequence that asked.
+  std::vector<const float*> h_row(static_cast<size_t>(B), nullptr);
+  if (traced) {
+    DI_CUDA_CHECK(
+        cudaMemcpyAsync(h_logits, logits, logit_bytes, cudaMemcpyDeviceToHost, stream_.get()));
+  }
+  for (int64_t b = 0, k = 0; b < B; ++b) {
+    if (!traced && !requests[static_cast<size_t>(b)].logits) continue;
+    h_row[static_cast<size_t>(b)] = h_logits + k * bsz * V;
+    if (!traced) {
+      DI_CUDA_CHECK(cudaMemcpyAsync(h_logits + k * bsz * V, logits + b * bsz * V,
+                                    static_cast<size_t>(bsz * V) * sizeof(float),
+                                    cudaMemcpyDeviceToHost, stream_.get()));
+    }
+    ++k;
+  }
   DI_CUDA_CHECK(cudaMemcpyAsync(h_drafts, drafts, static_cast<size_t>(R) * sizeof(int64_t),
                                 cudaMemcpyDeviceToHost, stream_.get()));
   DI_CUDA_CHECK(cudaMemcpyAsync(h_conf, conf, static_cast<size_t>(R) * sizeof(float),
@@ -278,9 +299,13 @@ std::vector<DraftResult> CudaModel::dspark_step_gpu(std::span<const DraftRequest
   for (int64_t b = 0; b < B; ++b) {
     states[static_cast<size_t>(b)]->draft_tokens += 1;
     DraftResult& res = out[static_cast<size_t>(b)];
+    const bool want = requests[static_cast<size_t>(b)].logits;
     for (int64_t r = b * bsz; r < (b + 1) * bsz; ++r) {
       res.draft_ids.push_back(h_drafts[r]);
-      res.logits.emplace_back(h_logits + r * V, h_logits + (r + 1) * V);
+      if (want) {
+        const float* row = h_row[static_cast<size_t>(b)] + (r - b * bsz) * V;
+        res.logits.emplace_back(row, row + V);
+      }
       res.confidence.push_back(static_cast<double>(h_conf[r]));
     }
   }
