@@ -35,8 +35,8 @@
 // each — assumed NVLink figures, not measured here.
 // --ops: also the decode step's GPU time per op (an event after every launch; a host-bound gap
 // counts as the next launch's), largest first, with the host time spent enqueuing each op; and
-// the same table for the prefill of sequence 1 (0 when alone). Decode: one untimed warm-up step,
-// then --decode timed steps.
+// the same table for the prefill of sequence 1 (0 when alone), and with --dspark for the drafting
+// steps (those without logits). Decode: one untimed warm-up step, then --decode timed steps.
 // --gpu-only: each decode step starts behind a 30 ms GPU spin, so the host has enqueued the whole
 // step before the GPU runs it: the block and op times are then GPU execution alone (launch gaps
 // included, host-bound waits excluded); the wall ms/step includes the spin.
@@ -579,11 +579,16 @@ Measured run_model(const std::string& dir, const RunOptions& o) {
       for (di::DraftRequest& r : requests)
         r.logits = logits;
       (void)model->dspark_steps(requests);
+      if (ops) di::cuda_forward_reset_op_times(*model);
       const auto d0 = std::chrono::steady_clock::now();
       for (int64_t k = 0; k < o.dspark; ++k)
         (void)model->dspark_steps(requests);
       const double ms =
           1e3 * sec(d0, std::chrono::steady_clock::now()) / static_cast<double>(o.dspark);
+      if (ops && !logits) {
+        print_op_table("op (dspark step)", "us/step", di::cuda_forward_op_times(*model),
+                       static_cast<double>(o.dspark));
+      }
       std::printf(
           "dspark step: %.3f ms (wall, %lld steps of %lld sequences x %lld draft rows, %lld "
           "stages; %s to the host); floor %.1f MB / %.0f GB/s = %.3f ms (%.2fx)\n",
