@@ -80,6 +80,13 @@ double expected_experts(int64_t E, int64_t k, int64_t batch) {
   return static_cast<double>(E) * (1.0 - std::pow(miss, static_cast<double>(batch)));
 }
 
+// The bytes of the routed experts `tokens` rows of a block read, of all its experts' bytes.
+double expected_routed_bytes(const di::LayerPlan& p, double all_expert_bytes, int64_t tokens) {
+  if (p.n_routed_experts <= 0) return 0.0;
+  return all_expert_bytes / static_cast<double>(p.n_routed_experts) *
+         expected_experts(p.n_routed_experts, p.num_experts_per_tok, tokens);
+}
+
 // Weight bytes block b reads in a decode step of `batch` tokens: every tensor of the block except
 // the routed experts (the expected distinct ones) and the host-resident Engram table (its staged
 // rows instead). `experts_out` (optional): the routed-expert part alone.
@@ -104,10 +111,7 @@ std::vector<double> weight_bytes_per_block(const di::ModelConfig& cfg,
   std::vector<double> out(L), routed(L, 0.0);
   for (size_t b = 0; b < L; ++b) {
     const di::LayerPlan& p = plan[b];
-    if (p.n_routed_experts > 0) {
-      routed[b] = experts[b] / static_cast<double>(p.n_routed_experts) *
-                  expected_experts(p.n_routed_experts, p.num_experts_per_tok, batch);
-    }
+    routed[b] = expected_routed_bytes(p, experts[b], batch);
     out[b] = dense[b] + routed[b];
     if (p.engram_slot >= 0) {
       const double hd = static_cast<double>(cfg.engram_head_dim);
@@ -172,11 +176,8 @@ double dspark_step_bytes(const di::ModelConfig& cfg, const std::vector<di::Layer
       bytes += static_cast<double>(w.nbytes());  // dense stage weights (embed: rows gathered)
     }
   }
-  for (const auto& [b, e] : experts) {
-    const di::LayerPlan& p = plan.at(static_cast<size_t>(b));
-    bytes += e / static_cast<double>(p.n_routed_experts) *
-             expected_experts(p.n_routed_experts, p.num_experts_per_tok, rows);
-  }
+  for (const auto& [b, e] : experts)
+    bytes += expected_routed_bytes(plan.at(static_cast<size_t>(b)), e, rows);
   return bytes;
 }
 
