@@ -70,58 +70,12 @@
 #include "model/deepseek_v41/cuda_model.h"
 #include "model/layer_plan.h"
 #include "model/synth.h"
-#include "model/weight_catalogue.h"
+#include "roofline.h"
 
 namespace {
 
-// Expected distinct experts B tokens pick, each k of E uniformly at random.
-double expected_experts(int64_t E, int64_t k, int64_t batch) {
-  const double miss = 1.0 - static_cast<double>(k) / static_cast<double>(E);
-  return static_cast<double>(E) * (1.0 - std::pow(miss, static_cast<double>(batch)));
-}
-
-// The bytes of the routed experts `tokens` rows of a block read, of all its experts' bytes.
-double expected_routed_bytes(const di::LayerPlan& p, double all_expert_bytes, int64_t tokens) {
-  if (p.n_routed_experts <= 0) return 0.0;
-  return all_expert_bytes / static_cast<double>(p.n_routed_experts) *
-         expected_experts(p.n_routed_experts, p.num_experts_per_tok, tokens);
-}
-
-// Weight bytes block b reads in a decode step of `batch` tokens: every tensor of the block except
-// the routed experts (the expected distinct ones) and the host-resident Engram table (its staged
-// rows instead). `experts_out` (optional): the routed-expert part alone.
-std::vector<double> weight_bytes_per_block(const di::ModelConfig& cfg,
-                                           const std::vector<di::LayerPlan>& plan, int64_t batch,
-                                           std::vector<double>* experts_out = nullptr) {
-  const di::WeightCatalogue cat(cfg, plan);
-  const auto L = static_cast<size_t>(cfg.num_layers);
-  std::vector<double> dense(L, 0.0), experts(L, 0.0);
-  for (const di::WeightSpec& w : cat.entries()) {
-    if (w.block < 0 || w.block >= cfg.num_layers) continue;
-    const auto b = static_cast<size_t>(w.block);
-    if (w.group == di::WeightGroup::kRoutedExperts) {
-      experts[b] += static_cast<double>(w.nbytes());
-    } else if (w.group == di::WeightGroup::kEngram &&
-               w.name.find("engram.embed.") != std::string::npos) {
-      continue;  // host table: counted as staged rows below
-    } else {
-      dense[b] += static_cast<double>(w.nbytes());
-    }
-  }
-  std::vector<double> out(L), routed(L, 0.0);
-  for (size_t b = 0; b < L; ++b) {
-    const di::LayerPlan& p = plan[b];
-    routed[b] = expected_routed_bytes(p, experts[b], batch);
-    out[b] = dense[b] + routed[b];
-    if (p.engram_slot >= 0) {
-      const double hd = static_cast<double>(cfg.engram_head_dim);
-      out[b] += static_cast<double>(batch) * static_cast<double>(cfg.engram_hash_columns()) *
-                (hd + hd / 32.0);
-    }
-  }
-  if (experts_out != nullptr) *experts_out = std::move(routed);
-  return out;
-}
+using di::bench::dspark_step_bytes;
+using di::bench::weight_bytes_per_block;
 
 // KV bytes block b's attention and indexer read for one query at context `ctx`.
 double kv_bytes(const di::ModelConfig& cfg, const di::LayerPlan& p, int64_t ctx) {
@@ -154,32 +108,6 @@ struct RunOptions {
   int64_t dspark = 0;     // --dspark N: N GPU drafting steps of every sequence after the decode
                           // steps (one batched dspark_steps call each)
 };
-
-// Weight bytes one DSpark drafting step of `batch` sequences reads at least (the floor of
-// dspark_steps): every draft stage's dense weights and the routed experts its block rows touch
-// (expected distinct experts of the rows), the shared LM head for the rows' logits, and the
-// Markov head once per row position (all sequences' rows of a position share one pass).
-double dspark_step_bytes(const di::ModelConfig& cfg, const std::vector<di::LayerPlan>& plan,
-                         int64_t batch) {
-  const di::WeightCatalogue cat(cfg, plan);
-  const int64_t rows = batch * cfg.dspark_block_size;
-  std::map<int64_t, double> experts;
-  double bytes = 0;
-  for (const di::WeightSpec& w : cat.entries()) {
-    if (w.name == "head.weight") bytes += static_cast<double>(w.nbytes());
-    if (w.block < cfg.num_layers) continue;
-    if (w.name.find("markov_head.head.") != std::string::npos) {
-      bytes += static_cast<double>(cfg.dspark_block_size) * static_cast<double>(w.nbytes());
-    } else if (w.group == di::WeightGroup::kRoutedExperts) {
-      experts[w.block] += static_cast<double>(w.nbytes());
-    } else if (w.name.find("markov_head.embed.") == std::string::npos) {
-      bytes += static_cast<double>(w.nbytes());  // dense stage weights (embed: rows gathered)
-    }
-  }
-  for (const auto& [b, e] : experts)
-    bytes += expected_routed_bytes(plan.at(static_cast<size_t>(b)), e, rows);
-  return bytes;
-}
 
 // What the extrapolation needs of one measured checkpoint.
 struct Measured {
