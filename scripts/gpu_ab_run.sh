@@ -12,10 +12,25 @@
 # behaviours) and bf16 (the GPU drafter), and both again with the CPU drafter (--dspark-cpu); a failure is reported
 # in the exit status, the benchmarks still run.
 # (GTEST_FILTER in the environment applies to every test binary.)
+# On exit the logs are packed into one archive, ${OUT}/logs.tar.xz, each cut to its first 4 MiB
+# (a failing test can print whole vectors): the device tool returns at most 8 files a call.
 set -uo pipefail
 source scripts/gpu_carry_lib.sh
 out=${OUT:-gpu-out}
 mkdir -p "${out}"
+pack_logs() {
+  local logs=()
+  for f in "${out}"/*.log; do
+    [[ -f "${f}" ]] || continue
+    if (($(stat -c %s "${f}") > 4194304)); then
+      head -c 4194304 "${f}" > "${f}.cut" && mv "${f}.cut" "${f}"
+      echo "[cut at 4 MiB]" >> "${f}"
+    fi
+    logs+=("$(basename "${f}")")
+  done
+  ((${#logs[@]})) && tar -C "${out}" -cJf "${out}/logs.tar.xz" --remove-files "${logs[@]}"
+}
+trap pack_logs EXIT
 [[ -d .carry/ab ]] || tar -C .carry -xJf .carry/ab.tar.xz
 export LD_LIBRARY_PATH="$PWD/.carry/ab/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 batch=1 runs=2 decode=32 extra=() variants=() parity=""
