@@ -18,19 +18,7 @@ set -uo pipefail
 source scripts/gpu_carry_lib.sh
 out=${OUT:-gpu-out}
 mkdir -p "${out}"
-pack_logs() {
-  local logs=()
-  for f in "${out}"/*.log; do
-    [[ -f "${f}" ]] || continue
-    if (($(stat -c %s "${f}") > 4194304)); then
-      head -c 4194304 "${f}" > "${f}.cut" && mv "${f}.cut" "${f}"
-      echo "[cut at 4 MiB]" >> "${f}"
-    fi
-    logs+=("$(basename "${f}")")
-  done
-  ((${#logs[@]})) && tar -C "${out}" -cJf "${out}/logs.tar.xz" --remove-files "${logs[@]}"
-}
-trap pack_logs EXIT
+trap 'pack_out_logs "${out}"' EXIT
 [[ -d .carry/ab ]] || tar -C .carry -xJf .carry/ab.tar.xz
 export LD_LIBRARY_PATH="$PWD/.carry/ab/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 batch=1 runs=2 decode=32 extra=() variants=() parity=""

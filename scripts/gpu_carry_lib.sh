@@ -29,3 +29,21 @@ copy_tiny_fixture() {
     cp "${src}/${f}" "${dest}/"
   done
 }
+
+# pack_out_logs DIR: the logs and reports in DIR (*.log, *.xml, *.txt) into one archive,
+# DIR/logs.tar.xz, each cut to its first 4 MiB (a failing test can print whole vectors): the
+# device tool returns at most 8 files a call. The scripts run it on exit (trap).
+pack_out_logs() {
+  local dir=$1 f files=()
+  for f in "${dir}"/*.log "${dir}"/*.xml "${dir}"/*.txt; do
+    [[ -f "${f}" ]] || continue
+    if (($(stat -c %s "${f}") > 4194304)); then
+      head -c 4194304 "${f}" > "${f}.cut" && mv "${f}.cut" "${f}"
+      echo "[cut at 4 MiB]" >> "${f}"
+    fi
+    files+=("$(basename "${f}")")
+  done
+  if ((${#files[@]})); then
+    tar -C "${dir}" -cJf "${dir}/logs.tar.xz" --remove-files "${files[@]}"
+  fi
+}

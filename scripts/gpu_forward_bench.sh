@@ -4,7 +4,8 @@
 # few layers of every role at full width (deepinfer synth --layer-ids), then the per-layer decode
 # benchmark for each RUN (CONTEXT:BATCH) with the extrapolation to the 40-layer model, and
 # (EXPERT_LAYERS) a few layers with all 384 routed experts at batches 1, 8 and 64, which checks
-# the extrapolation's expert-traffic estimate. Logs go to $OUT (or ./gpu-out).
+# the extrapolation's expert-traffic estimate. Logs go to $OUT (or ./gpu-out), packed on exit
+# into logs.tar.xz.
 #   EXPERTS=N         routed experts kept per layer in the all-roles checkpoint (default 32: nine
 #                     layers with 384 experts need ~76 GB of disk; the bench then adds the full
 #                     model's extra expert bytes as a labelled estimate at batch > 1)
@@ -19,6 +20,7 @@ set -uo pipefail
 source scripts/gpu_carry_lib.sh
 out=${OUT:-gpu-out}
 mkdir -p "${out}"
+trap 'pack_out_logs "${out}"' EXIT  # one archive: the device returns at most 8 files
 if [[ -f .carry/gpu.tar.xz && ! -d .carry/gpu ]]; then tar -C .carry -xJf .carry/gpu.tar.xz; fi
 export LD_LIBRARY_PATH="$PWD/.carry/gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin=.carry/gpu/bin
