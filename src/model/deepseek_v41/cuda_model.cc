@@ -47,7 +47,7 @@ CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Fo
     engram_params_ = make_engram_hash_params(cfg_, *token_map_);
     place_engram_tables(host_, opts_.engram_tables);  // the host gathers their rows
   }
-  if (cfg_.num_nextn_predict_layers > 0 && !cuda_.dspark_on_gpu) {
+  if (cfg_.num_nextn_predict_layers > 0 && cuda_.dspark && !cuda_.dspark_on_gpu) {
     ForwardOptions drafter_opts = opts_;
     drafter_opts.engram_tables = EngramTables::kMapped;  // the same mapping, placed above
     drafter_ = std::make_unique<Model<float>>(ckpt_, cfg_, drafter_opts, token_map_);

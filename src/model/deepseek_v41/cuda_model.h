@@ -52,6 +52,11 @@ struct CudaForwardOptions {
   // the device cache; passed its fixtures and parity tests on the H200, twenty-first session);
   // false = the CPU reference drafts inside the CUDA model (the earlier path, kept as a yardstick).
   bool dspark_on_gpu = true;
+  // Whether to load a DSpark drafter at all. false: the draft stages' weights are loaded nowhere
+  // (neither uploaded nor a CPU drafter built; ~7 GB of GPU memory at V4.1-Flash go to the
+  // cache instead) and dspark_prefill / dspark_step are an error. The engine, which does not
+  // draft yet, loads without one.
+  bool dspark = true;
 };
 
 // Loads a DeepSeek-V4.1 checkpoint directory onto the GPU (all weights into device memory).

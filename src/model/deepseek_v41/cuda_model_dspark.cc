@@ -9,14 +9,20 @@ CudaSeqState& CudaModel::gpu_draft_state(SequenceState& state) const {
   auto* st = dynamic_cast<CudaSeqState*>(&state);
   DI_CHECK(st != nullptr, "DSpark: sequence state of another model or backend");
   DI_CHECK(st->kv == dkv_, "DSpark: sequence state of another CUDA model");
-  DI_CHECK(gpu_drafter(), "DSpark: this model has no draft stages");
+  DI_CHECK(cfg_.num_nextn_predict_layers > 0, "DSpark: this model has no draft stages");
+  DI_CHECK(gpu_drafter(),
+           "DSpark: the model was loaded without its drafter "
+           "(CudaForwardOptions::dspark = false)");
   return *st;
 }
 
 SequenceState& CudaModel::draft_state(SequenceState& state) const {
   auto* st = dynamic_cast<CudaSeqState*>(&state);
   DI_CHECK(st != nullptr, "DSpark: sequence state of another model or backend");
-  DI_CHECK(st->draft != nullptr, "DSpark: this model has no draft stages");
+  DI_CHECK(cfg_.num_nextn_predict_layers > 0, "DSpark: this model has no draft stages");
+  DI_CHECK(st->draft != nullptr,
+           "DSpark: the model was loaded without its drafter "
+           "(CudaForwardOptions::dspark = false)");
   return *st->draft;
 }
 

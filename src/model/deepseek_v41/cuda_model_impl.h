@@ -272,7 +272,9 @@ class CudaModel final : public ForwardModel {
   SwaWriteParams swa_params(int64_t i, const PagedTable& swa, const void* kv, int64_t rows) const;
   // A step's start: the previous step's pinned uploads are free once its work ran.
   void begin_step();
-  bool gpu_drafter() const { return cfg_.num_nextn_predict_layers > 0 && cuda_.dspark_on_gpu; }
+  bool gpu_drafter() const {
+    return cfg_.num_nextn_predict_layers > 0 && cuda_.dspark && cuda_.dspark_on_gpu;
+  }
   void upload_weights();
   DevFp8 fp8(const WeightRef& w, const std::string& tag, bool wo_a_tiles = false);
   DevBf16 bf16(const WeightRef& w, const std::string& tag);

@@ -236,6 +236,35 @@ TEST(CudaForward, TinyFixtureDsparkOnTheGpuAndOnTheCpuReplays) {
   }
 }
 
+// Loaded without a drafter (CudaForwardOptions::dspark = false, as the engine loads), the model
+// runs the backbone as with one, and drafting is a clear error, not a crash.
+TEST(CudaForward, DraftingWithoutADrafterIsAClearError) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = fixture_dir();
+  if (!fs::exists(dir / "cases.safetensors")) GTEST_SKIP() << "fixture absent: " << dir;
+  ForwardOptions fo;
+  fo.precision = Precision::kFp32;
+  CudaForwardOptions none;
+  none.dspark = false;
+  auto bare = load_cuda_forward_model(dir, fo, none);
+  auto full = load_cuda_forward_model(dir, fo);
+  const std::vector<int64_t> prompt = random_prompt(12, 5, bare->vocab_size());
+  auto sb = bare->new_sequence();
+  auto sf = full->new_sequence();
+  SequenceChunk cb{sb.get(), prompt}, cf{sf.get(), prompt};
+  const ForwardResult rb = bare->forward({&cb, 1});
+  const ForwardResult rf = full->forward({&cf, 1});
+  EXPECT_EQ(rb.logits, rf.logits);  // the backbone does not depend on the drafter
+  try {
+    bare->dspark_prefill(*sb, rb.main_hidden[0]);
+    ADD_FAILURE() << "dspark_prefill without a drafter did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("without its drafter"), std::string::npos) << e.what();
+  }
+  const DraftRequest q{sb.get(), 1, &rb.main_hidden[0].back()};
+  EXPECT_THROW(bare->dspark_steps({&q, 1}), Error);
+}
+
 // The GPU drafter against the CPU reference's drafter at the production attention dims (64 x 512
 // heads, window 128: the tensor-core draft-block attention in bf16, the fp32 one in fp32), fed
 // the same taps and input ids after a 300-token prompt (the stage rings wrapped). Yardstick as
