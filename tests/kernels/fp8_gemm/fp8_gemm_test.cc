@@ -265,7 +265,7 @@ TEST_F(Fp8GemmCudaTest, MatchesCpuReferenceOnModelShapes) {
   uint64_t seed = 1000;
   for (const GemmShape& shape : kShapes) {
     const Weight w = random_weight(shape.n, shape.k, shape.block, ++seed);
-    for (const int64_t m : {1, 7, 64, 1000, 4096}) {
+    for (const int64_t m : {1, 7, 64, 200, 1000, 4096}) {
       const bool x_bf16 = (seed + m) % 2 == 0;
       const bool out_bf16 = m % 2 == 0;
       const std::vector<float> x = random_x(m, shape.k, x_bf16, ++seed);
@@ -313,8 +313,9 @@ TEST_F(Fp8GemmCudaTest, MatchesCpuReferenceOnModelShapes) {
 }
 
 // Row-level batch invariance: the rows of a 1000-row batch computed alone or inside batches of
-// 1, 7, 64 and 4096 rows (at other row positions, so in other tiles and tile configurations)
-// are bitwise identical.
+// 1, 7, 64, 200 and 4096 rows (at other row positions, so in other tiles and tile
+// configurations: the swapped kernel, the 64-row split tiles, the 128-row prefill tiles) are
+// bitwise identical.
 TEST_F(Fp8GemmCudaTest, RowsAreBitwiseBatchInvariant) {
   const GemmShape cases[] = {kShapes[0], kShapes[3], kShapes[5], kShapes[6]};
   uint64_t seed = 5000;
@@ -330,8 +331,8 @@ TEST_F(Fp8GemmCudaTest, RowsAreBitwiseBatchInvariant) {
       int64_t first;  // the sub-batch holds rows [first, first + m) of x...
       int64_t at;     // ...at rows [at, at + m) of its own batch
     };
-    for (const Sub sub :
-         {Sub{1, 517, 0}, Sub{7, 333, 0}, Sub{32, 100, 0}, Sub{64, 900, 0}, Sub{4096, 0, 1500}}) {
+    for (const Sub sub : {Sub{1, 517, 0}, Sub{7, 333, 0}, Sub{32, 100, 0}, Sub{64, 900, 0},
+                          Sub{200, 700, 0}, Sub{4096, 0, 1500}}) {
       const int64_t rows = std::min<int64_t>(sub.m, big - sub.first);
       std::vector<float> xs = random_x(sub.m, k, false, ++seed);
       std::copy_n(x.begin() + sub.first * k, rows * k, xs.begin() + sub.at * k);
