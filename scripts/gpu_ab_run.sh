@@ -16,11 +16,7 @@
 # (a failing test can print whole vectors): the device tool returns at most 8 files a call.
 set -uo pipefail
 source scripts/gpu_carry_lib.sh
-out=${OUT:-gpu-out}
-mkdir -p "${out}"
-trap 'pack_out_logs "${out}"' EXIT
-[[ -d .carry/ab ]] || tar -C .carry -xJf .carry/ab.tar.xz
-export LD_LIBRARY_PATH="$PWD/.carry/ab/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ab_run_setup
 batch=1 runs=2 decode=32 extra=() variants=() parity=""
 while (($#)); do
   case "$1" in

@@ -47,3 +47,14 @@ pack_out_logs() {
     tar -C "${dir}" -cJf "${dir}/logs.tar.xz" --remove-files "${files[@]}"
   fi
 }
+
+# ab_run_setup: the start of a script that runs an A/B bundle (gpu_ab_bundle.sh) on the GPU
+# machine: the log folder ${OUT} (or ./gpu-out) in the global `out`, packed into one archive on
+# exit; the bundle unpacked once; its carried libraries first on the library path.
+ab_run_setup() {
+  out=${OUT:-gpu-out}
+  mkdir -p "${out}"
+  trap 'pack_out_logs "${out}"' EXIT
+  [[ -d .carry/ab ]] || tar -C .carry -xJf .carry/ab.tar.xz
+  export LD_LIBRARY_PATH="$PWD/.carry/ab/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}

@@ -14,11 +14,7 @@
 # Defaults: every shape (FILTER ""), M = 4096,256.
 set -uo pipefail
 source scripts/gpu_carry_lib.sh
-out=${OUT:-gpu-out}
-mkdir -p "${out}"
-trap 'pack_out_logs "${out}"' EXIT
-[[ -d .carry/ab ]] || tar -C .carry -xJf .carry/ab.tar.xz
-export LD_LIBRARY_PATH="$PWD/.carry/ab/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ab_run_setup
 shapes="" ms=4096,256 variants=()
 while (($#)); do
   case "$1" in
