@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The pending device calls (docs/design/cuda_forward.md, "The next device calls"): an A/B bundle
+# (scripts/gpu_ab_bundle.sh --fixture) with the variants main, pipe (main +
+# experiments/fp8-prefill-pipelined) and attn (main + experiments/attn-wgmma). One call per
+# phase, carry [".carry"]:
+#   bash scripts/gpu_pending_run.sh 1  # attn: attention parity + bench, the forward's fixtures
+#   bash scripts/gpu_pending_run.sh 2  # forward A/B main vs attn (batch 1, 64), drafter error,
+#                                      # prefill op tables
+#   bash scripts/gpu_pending_run.sh 3  # fp8 A/B main vs pipe (parity, fp8_gemm_bench)
+# Logs packed into ${OUT}/logs.tar.xz.
+set -uo pipefail
+# shellcheck source=scripts/gpu_carry_lib.sh
+source scripts/gpu_carry_lib.sh
+ab_run_setup
+M=.carry/ab/main A=.carry/ab/attn FX=$PWD/.carry/ab/fixture
+summary() { grep -E '^\[  (PASSED|FAILED)  \]|^\[  FAILED  \] [A-Z]|worst normwise' "$1" | head -n 40; }
+case "${1:-1}" in
+  1)
+    echo "== attn attention_kernel_test"
+    timeout 400 "${A}"/attention_kernel_test > "${out}/attn_test.log" 2>&1; echo "rc $?"
+    summary "${out}/attn_test.log"
+    echo "== attn attention_bench (bf16 = wgmma, bf16-mma = main's kernel)"
+    timeout 120 "${A}"/attention_bench > "${out}/attn_bench.log" 2>&1; echo "rc $?"
+    grep -E '^ceilings|^\| [0-9]' "${out}/attn_bench.log"
+    echo "== attn cuda_forward_test (fixture, batched, engine, kv cache)"
+    DI_FIXTURE_DIR="${FX}" timeout 300 "${A}"/cuda_forward_test \
+      --gtest_filter='*TinyFixture*:*Batched*:*Engine*:*KvCache*' > "${out}/attn_cft.log" 2>&1
+    echo "rc $?"; summary "${out}/attn_cft.log"
+    for prec in bf16 fp32; do
+      timeout 120 "${A}"/deepinfer replay-fixture "${FX}" --backend cuda --precision "${prec}" \
+        --quirk intended > "${out}/attn_replay_${prec}.log" 2>&1
+      echo "attn replay-fixture ${prec}: rc $? $(tail -n 1 "${out}/attn_replay_${prec}.log")"
+    done
+    ;;
+  2)
+    trap - EXIT
+    OUT="${out}" bash scripts/gpu_ab_run.sh --batch 1 --runs 2 --decode 32 main attn
+    OUT="${out}" bash scripts/gpu_ab_run.sh --batch 64 --runs 2 --decode 8 --gpu-only main attn
+    ab_run_setup
+    echo "== drafter error (main, fixture)"
+    DI_FIXTURE_DIR="${FX}" timeout 60 "${M}"/cuda_forward_test \
+      --gtest_filter='*DraftingWithoutADrafter*' > "${out}/cft_main.log" 2>&1
+    summary "${out}/cft_main.log"
+    echo "== prefill op tables (main, attn)"
+    for v in main attn; do
+      timeout 120 .carry/ab/"${v}"/cuda_forward_bench /tmp/v41-roles --prompt 4096 --batch 2 \
+        --decode 2 --bf16 --ops > "${out}/ops_${v}.log" 2>&1
+      echo "-- ${v}: rc $?"; grep -E '^load' "${out}/ops_${v}.log"
+      awk '/launches/{c=14} c-->0' "${out}/ops_${v}.log" | head -n 30
+    done
+    ;;
+  3)
+    trap - EXIT
+    bash scripts/gpu_fp8_ab_run.sh main pipe
+    ;;
+  *) echo "gpu_pending_run: phase 1, 2 or 3" >&2; exit 2 ;;
+esac
