@@ -326,7 +326,8 @@ Measured run_model(const std::string& dir, const RunOptions& o) {
   co.tensor_core_linears = !exact;
   co.time_blocks = true;
   co.time_ops = ops;
-  co.dspark = o.dspark > 0;  // the GPU drafter only when drafting is timed
+  // The GPU drafter only when drafting is timed.
+  co.drafter = o.dspark > 0 ? di::DsparkDrafter::kGpu : di::DsparkDrafter::kNone;
   DI_CHECK(o.dspark == 0 || cfg.num_nextn_predict_layers > 0,
            "--dspark: {} has no DSpark stages (deepinfer synth --draft-blocks 3)", dir);
   // --gpu-only: each step waits behind a 30 ms spin, so the host has enqueued it all first.

@@ -129,7 +129,7 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& requ
   di::CudaForwardOptions cuda;
   cuda.kv_cache_bytes = cache.memory_budget_bytes;
   cuda.kv_cache_page_bytes = cache.page_bytes;
-  cuda.dspark = false;  // no speculative decoding yet: the draft stages stay unloaded
+  cuda.drafter = di::DsparkDrafter::kNone;  // no speculative decoding yet: no drafter
   model_ = config.backend == "cuda"
                ? di::load_cuda_forward_model(model_dir, fo, cuda, std::move(token_map))
                : di::load_cpu_forward_model(model_dir, fo, std::move(token_map));

@@ -34,7 +34,7 @@ struct ReplayCliOptions {
   std::string dump_layers;
   bool compare_trace = false;
   bool trace_only = false;
-  bool dspark_cpu = false;  // --backend cuda: draft on the CPU reference (!dspark_on_gpu)
+  bool dspark_cpu = false;  // --backend cuda: draft on the CPU reference (drafter kCpuReference)
   double trace_threshold = 1e-6;
 };
 
@@ -182,7 +182,7 @@ int run_replay(const ReplayCliOptions& o) {
   DI_CHECK(!o.dspark_cpu || o.backend == "cuda", "--dspark-cpu needs --backend cuda");
 #if DI_HAVE_CUDA
   CudaForwardOptions co;
-  co.dspark_on_gpu = !o.dspark_cpu;
+  co.drafter = o.dspark_cpu ? DsparkDrafter::kCpuReference : DsparkDrafter::kGpu;
   std::unique_ptr<ForwardModel> model = o.backend == "cuda"
                                             ? load_cuda_forward_model(model_dir, fo, co)
                                             : load_cpu_forward_model(model_dir, fo);

@@ -5,7 +5,7 @@
 // fixed-size pages in the quantised formats of kernels/params/kv_cache.h, laid out and accounted
 // by a KvCacheManager (the engine's own layout, so its budget is this pool's size); the ratio-2
 // tails are rows of a separate device array. A forward call runs all of its chunks as one batched
-// step: every launch covers the rows of every sequence. DSpark drafting (dspark_on_gpu) runs the
+// step: every launch covers the rows of every sequence. DSpark drafting (drafter kGpu) runs the
 // draft stages as further blocks of the same kind over the draft rows, with their rings in the
 // same SWA table (cuda_model_dspark.cc). This file: set-up, weights, tables and the launch
 // helpers the other parts share (cuda_model_impl.h lists the parts).
@@ -47,7 +47,7 @@ CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Fo
     engram_params_ = make_engram_hash_params(cfg_, *token_map_);
     place_engram_tables(host_, opts_.engram_tables);  // the host gathers their rows
   }
-  if (cfg_.num_nextn_predict_layers > 0 && cuda_.dspark && !cuda_.dspark_on_gpu) {
+  if (cfg_.num_nextn_predict_layers > 0 && cuda_.drafter == DsparkDrafter::kCpuReference) {
     ForwardOptions drafter_opts = opts_;
     drafter_opts.engram_tables = EngramTables::kMapped;  // the same mapping, placed above
     drafter_ = std::make_unique<Model<float>>(ckpt_, cfg_, drafter_opts, token_map_);

@@ -10,7 +10,7 @@
 // rule) or bf16 storage (--precision bf16: the reference's bf16 run, tensor-core linears); the
 // chunks of a forward call run as one batched step (every launch covers the rows of all sequences;
 // each sequence's arithmetic is its own: row-wise kernels, per-row tables); plain stream-ordered
-// launches (no graph capture yet); DSpark drafting on the GPU (CudaForwardOptions::dspark_on_gpu)
+// launches (no graph capture yet); DSpark drafting on the GPU (CudaForwardOptions::drafter)
 // or on the CPU reference.
 
 #include <filesystem>
@@ -23,6 +23,9 @@
 #include "model/forward_api.h"
 
 namespace di {
+
+// Where a CUDA model's DSpark draft stages run (CudaForwardOptions::drafter).
+enum class DsparkDrafter : uint8_t { kGpu, kCpuReference, kNone };
 
 struct CudaForwardOptions {
   int device = 0;  // CUDA device ordinal
@@ -47,16 +50,16 @@ struct CudaForwardOptions {
   // layout). 0 bytes: half of the device memory the weights leave free.
   uint64_t kv_cache_bytes = 0;
   int64_t kv_cache_page_bytes = 64 * 1024;
-  // DSpark drafting (models with draft stages): true = on the GPU (the stage blocks with the
-  // draft-block attention, the stage head and the Markov loop as CUDA kernels, the stage rings in
-  // the device cache; passed its fixtures and parity tests on the H200, twenty-first session);
-  // false = the CPU reference drafts inside the CUDA model (the earlier path, kept as a yardstick).
-  bool dspark_on_gpu = true;
-  // Whether to load a DSpark drafter at all. false: the draft stages' weights are loaded nowhere
-  // (neither uploaded nor a CPU drafter built; ~7 GB of GPU memory at V4.1-Flash go to the
-  // cache instead) and dspark_prefill / dspark_step are an error. The engine, which does not
-  // draft yet, loads without one.
-  bool dspark = true;
+  // The DSpark drafter of models with draft stages (ignored for models without):
+  //   kGpu          the stage blocks with the draft-block attention, the stage head and the
+  //                 Markov loop as CUDA kernels, the stage rings in the device cache (passed its
+  //                 fixtures and parity tests on the H200, twenty-first session);
+  //   kCpuReference the CPU reference drafts inside the CUDA model (the earlier path, kept as a
+  //                 yardstick);
+  //   kNone         the draft stages' weights are loaded nowhere (~7 GB of GPU memory at
+  //                 V4.1-Flash go to the cache instead) and dspark_prefill / dspark_step are an
+  //                 error. The engine, which does not draft yet, loads without one.
+  DsparkDrafter drafter = DsparkDrafter::kGpu;
 };
 
 // Loads a DeepSeek-V4.1 checkpoint directory onto the GPU (all weights into device memory).

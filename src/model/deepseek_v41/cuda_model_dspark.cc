@@ -12,7 +12,7 @@ CudaSeqState& CudaModel::gpu_draft_state(SequenceState& state) const {
   DI_CHECK(cfg_.num_nextn_predict_layers > 0, "DSpark: this model has no draft stages");
   DI_CHECK(gpu_drafter(),
            "DSpark: the model was loaded without its drafter "
-           "(CudaForwardOptions::dspark = false)");
+           "(CudaForwardOptions::drafter kNone)");
   return *st;
 }
 

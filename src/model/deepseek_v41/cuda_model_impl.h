@@ -201,7 +201,7 @@ class CudaModel final : public ForwardModel {
 
   std::unique_ptr<SequenceState> new_sequence() const override;
   ForwardResult forward(std::span<const SequenceChunk> chunks) override;
-  // DSpark drafting on the GPU (dspark_on_gpu) or on the CPU reference: either reads only the
+  // DSpark drafting on the GPU (drafter kGpu) or on the CPU reference: either reads only the
   // backbone's taps and its own per-stage rings.
   void dspark_prefill(SequenceState& state,
                       const std::vector<std::vector<double>>& main_hidden_rows) override {
@@ -273,7 +273,7 @@ class CudaModel final : public ForwardModel {
   // A step's start: the previous step's pinned uploads are free once its work ran.
   void begin_step();
   bool gpu_drafter() const {
-    return cfg_.num_nextn_predict_layers > 0 && cuda_.dspark && cuda_.dspark_on_gpu;
+    return cfg_.num_nextn_predict_layers > 0 && cuda_.drafter == DsparkDrafter::kGpu;
   }
   void upload_weights();
   DevFp8 fp8(const WeightRef& w, const std::string& tag, bool wo_a_tiles = false);
@@ -366,7 +366,8 @@ class CudaModel final : public ForwardModel {
   ModelWeights<float> host_;  // zero-copy views + small vectors decoded once (CPU binding)
   std::optional<CompressedTokenMap> token_map_;
   std::optional<EngramHashParams> engram_params_;
-  std::unique_ptr<Model<float>> drafter_;  // DSpark stages on the CPU reference (!dspark_on_gpu)
+  std::unique_ptr<Model<float>>
+      drafter_;  // DSpark stages on the CPU reference (drafter kCpuReference)
   // The GPU drafter's weights besides its stage blocks (blocks_[num_layers ..]).
   struct DevDraft {
     DevFp8 main_proj;  // mtp.0.main_proj

@@ -206,10 +206,10 @@ TEST(CudaForward, TinyFixtureReplaysByTheFp32Rule) {
   }
 }
 
-// The GPU drafter (CudaForwardOptions::dspark_on_gpu: the stage blocks, the draft-block attention,
+// The GPU drafter (CudaForwardOptions::drafter kGpu: the stage blocks, the draft-block attention,
 // the head and the Markov loop on the device) is the default, which the fp32-rule replays above
 // cover. Here the fixture's every case, DSpark outputs included, by the bf16 rule with it, and by
-// both rules with the CPU reference drafting inside the CUDA model (dspark_on_gpu = false).
+// both rules with the CPU reference drafting inside the CUDA model (drafter kCpuReference).
 TEST(CudaForward, TinyFixtureDsparkOnTheGpuAndOnTheCpuReplays) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const fs::path dir = fixture_dir();
@@ -220,7 +220,7 @@ TEST(CudaForward, TinyFixtureDsparkOnTheGpuAndOnTheCpuReplays) {
     ForwardOptions fo;
     fo.precision = prec;
     CudaForwardOptions co;
-    co.dspark_on_gpu = on_gpu;
+    co.drafter = on_gpu ? DsparkDrafter::kGpu : DsparkDrafter::kCpuReference;
     auto gpu = load_cuda_forward_model(dir, fo, co);
     ReplayOptions ro;
     ro.precision = prec;
@@ -236,7 +236,7 @@ TEST(CudaForward, TinyFixtureDsparkOnTheGpuAndOnTheCpuReplays) {
   }
 }
 
-// Loaded without a drafter (CudaForwardOptions::dspark = false, as the engine loads), the model
+// Loaded without a drafter (CudaForwardOptions::drafter kNone, as the engine loads), the model
 // runs the backbone as with one, and drafting is a clear error, not a crash.
 TEST(CudaForward, DraftingWithoutADrafterIsAClearError) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -245,7 +245,7 @@ TEST(CudaForward, DraftingWithoutADrafterIsAClearError) {
   ForwardOptions fo;
   fo.precision = Precision::kFp32;
   CudaForwardOptions none;
-  none.dspark = false;
+  none.drafter = DsparkDrafter::kNone;
   auto bare = load_cuda_forward_model(dir, fo, none);
   auto full = load_cuda_forward_model(dir, fo);
   const std::vector<int64_t> prompt = random_prompt(12, 5, bare->vocab_size());
@@ -274,8 +274,7 @@ TEST(CudaForward, DraftingWithoutADrafterIsAClearError) {
 void run_dspark_production_dims(Precision prec) {
   testing::TempDir dir("di-cuda-dspark");
   const fs::path model_dir = synth_real_attention_model(dir.path());
-  CudaForwardOptions co;
-  co.dspark_on_gpu = true;
+  CudaForwardOptions co;  // the GPU drafter (the default)
   // The yardstick: fp64 for fp32, fp32 for bf16.
   auto [cpu, ref, gpu] = load_three(
       model_dir, prec, prec == Precision::kFp32 ? Precision::kFp64 : Precision::kFp32, co);
@@ -368,8 +367,7 @@ void expect_batched_drafts_bitwise(const fs::path& model_dir, Precision prec,
                                    std::optional<CompressedTokenMap> map) {
   ForwardOptions fo;
   fo.precision = prec;
-  CudaForwardOptions co;
-  co.dspark_on_gpu = true;
+  CudaForwardOptions co;  // the GPU drafter (the default)
   auto gpu = load_cuda_forward_model(model_dir, fo, co, std::move(map));
   std::vector<std::vector<int64_t>> prompts;
   for (const size_t len : {size_t{9}, size_t{200}, size_t{40}})
