@@ -4,7 +4,7 @@
 // Timing: CUDA graphs of repeated launches; every launch reads a different replica of its inputs
 // (together > 4x the L2), so the numbers are HBM numbers, not L2 numbers.
 //
-// Usage: indexer_bench
+// Usage: indexer_bench [score | topk ROWS N [CTAS_PER_ROW [K]]]
 
 #include <cuda_runtime_api.h>
 
@@ -207,7 +207,8 @@ void bench_candidates(Stream& stream, int64_t rows, int64_t n) {
 
 // indexer_bench: every case; indexer_bench topk ROWS N [CTAS_PER_ROW [K]]: that top-k case only
 // (IndexerTopkParams::ctas_per_row, default 0 = chosen; -1 = one CTA reading the global row; K
-// default 512).
+// default 512); indexer_bench score: the scoring cases only (decode at 1, 8, 64, 132 and 256 rows,
+// prefill).
 int run(int argc, char** argv) {
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "indexer_bench: no CUDA device\n");
@@ -223,10 +224,16 @@ int run(int argc, char** argv) {
                argc > 5 ? std::stoi(argv[5]) : 512, false, argc > 4 ? std::stoi(argv[4]) : 0);
     return 0;
   }
-  bench_score(stream, copy, "score decode", 1, 65536, false);
-  bench_score(stream, copy, "score decode", 8, 65536, false);
-  bench_score(stream, copy, "score decode", 64, 65536, false);
+  const bool score_only = argc >= 2 && std::string(argv[1]) == "score";
+  for (int64_t rows : {int64_t{1}, int64_t{8}, int64_t{64}}) {
+    bench_score(stream, copy, "score decode", rows, 65536, false);
+  }
+  if (score_only) {
+    bench_score(stream, copy, "score decode", 132, 65536, false);
+    bench_score(stream, copy, "score decode", 256, 65536, false);
+  }
   bench_score(stream, copy, "score prefill", 2048, 16384, true);
+  if (score_only) return 0;
   for (int64_t rows : {int64_t{1}, int64_t{8}, int64_t{132}, int64_t{1024}})
     bench_topk(stream, copy, rows, 65536, 512);
   bench_topk(stream, copy, 132, 262144, 512);
