@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The pending device calls (docs/design/cuda_forward.md, "The next device calls"): an A/B bundle
 # (scripts/gpu_ab_bundle.sh --fixture) with the variants main, pipe (main +
-# experiments/fp8-prefill-pipelined) and attn (main + experiments/attn-wgmma). One call per
-# phase, carry [".carry"]:
+# experiments/fp8-prefill-pipelined), attn (main + experiments/attn-wgmma) and idx (main +
+# experiments/indexer-warp-sync). One call per phase, carry [".carry"]:
 #   bash scripts/gpu_pending_run.sh 1  # attn: attention parity + bench, the forward's fixtures
 #   bash scripts/gpu_pending_run.sh 2  # forward A/B main vs attn (batch 1, 64), drafter error,
 #                                      # prefill op tables
 #   bash scripts/gpu_pending_run.sh 3  # fp8 A/B main vs pipe (parity, fp8_gemm_bench)
+#   bash scripts/gpu_pending_run.sh 4  # indexer A/B main vs idx (parity, indexer_bench score)
 # Logs packed into ${OUT}/logs.tar.xz.
 set -uo pipefail
 # shellcheck source=scripts/gpu_carry_lib.sh
@@ -53,5 +54,18 @@ case "${1:-1}" in
     trap - EXIT
     bash scripts/gpu_fp8_ab_run.sh main pipe
     ;;
-  *) echo "gpu_pending_run: phase 1, 2 or 3" >&2; exit 2 ;;
+  4)
+    for v in main idx; do
+      timeout 300 .carry/ab/"${v}"/indexer_kernel_test > "${out}/indexer_test_${v}.log" 2>&1
+      echo "${v} indexer_kernel_test: rc $?"; summary "${out}/indexer_test_${v}.log"
+    done
+    timeout 120 "${M}"/indexer_bench score > "${out}/indexer_warm-up.log" 2>&1
+    for r in 1 2; do
+      for v in main idx; do
+        timeout 120 .carry/ab/"${v}"/indexer_bench score > "${out}/indexer_bench_${v}_${r}.log" 2>&1
+        echo "-- ${v} run ${r}: rc $?"; grep -E '^ceiling|^score' "${out}/indexer_bench_${v}_${r}.log"
+      done
+    done
+    ;;
+  *) echo "gpu_pending_run: phase 1, 2, 3 or 4" >&2; exit 2 ;;
 esac
