@@ -4,7 +4,7 @@
 // Timing: CUDA graphs of repeated launches; every launch reads a different replica of its inputs
 // (together > 4x the L2), so the numbers are HBM numbers, not L2 numbers.
 //
-// Usage: indexer_bench [score | topk ROWS N [CTAS_PER_ROW [K]]]
+// Usage: indexer_bench [score [ROWS] | topk ROWS N [CTAS_PER_ROW [K]]]
 
 #include <cuda_runtime_api.h>
 
@@ -207,8 +207,8 @@ void bench_candidates(Stream& stream, int64_t rows, int64_t n) {
 
 // indexer_bench: every case; indexer_bench topk ROWS N [CTAS_PER_ROW [K]]: that top-k case only
 // (IndexerTopkParams::ctas_per_row, default 0 = chosen; -1 = one CTA reading the global row; K
-// default 512); indexer_bench score: the scoring cases only (decode at 1, 8, 64, 132 and 256 rows,
-// prefill).
+// default 512); indexer_bench score [ROWS]: the scoring cases only (decode at 1, 8, 64, 132 and 256
+// rows, prefill), or the decode case of ROWS rows alone.
 int run(int argc, char** argv) {
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "indexer_bench: no CUDA device\n");
@@ -225,6 +225,10 @@ int run(int argc, char** argv) {
     return 0;
   }
   const bool score_only = argc >= 2 && std::string(argv[1]) == "score";
+  if (score_only && argc >= 3) {  // indexer_bench score ROWS: that decode case alone (profiles)
+    bench_score(stream, copy, "score decode", std::stoll(argv[2]), 65536, false);
+    return 0;
+  }
   for (int64_t rows : {int64_t{1}, int64_t{8}, int64_t{64}}) {
     bench_score(stream, copy, "score decode", rows, 65536, false);
   }

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (device tool, carry [".carry"]) after scripts/gpu_bundle.sh here: the
+# Runs on the GPU machine (device tool, carry [".carry"]) after scripts/gpu_bundle.sh here (or
+# gpu_ab_bundle.sh, with GPU_BIN_DIR=.carry/ab/VARIANT GPU_LIB_DIR=.carry/ab/lib and the bundle
+# unpacked): the
 # warp-stall breakdown (cycles per issued instruction, by reason), issue and tensor-pipe activity
 # of one launch of a kernel, with Nsight Compute (clocks left alone).
 #   bash scripts/gpu_ncu_stalls.sh <kernel regex> <launches to skip> <bundled binary> [args...]
@@ -8,7 +10,7 @@ set -uo pipefail
 regex=$1 skip=$2 bin=$3
 shift 3
 cuda_libs=$(ls -d /usr/local/cuda/lib64 2>/dev/null; python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
-export LD_LIBRARY_PATH="$PWD/.carry/gpu/lib:$(echo ${cuda_libs} | tr ' ' ':')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$PWD/${GPU_LIB_DIR:-.carry/gpu/lib}:$(echo ${cuda_libs} | tr ' ' ':')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 m=smsp__inst_executed.sum,gpu__time_duration.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
 m=${m},sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 for r in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait not_selected \
@@ -16,4 +18,4 @@ for r in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttl
   m=${m},smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio
 done
 ncu --clock-control none -k "regex:${regex}" --launch-skip "${skip}" --launch-count 1 --metrics "${m}" \
-  ".carry/gpu/bin/${bin}" "$@" 2>&1 | grep -E "smsp__|sm__|gpu__"
+  "${GPU_BIN_DIR:-.carry/gpu/bin}/${bin}" "$@" 2>&1 | grep -E "smsp__|sm__|gpu__"

@@ -8,6 +8,7 @@
 #                                      # prefill op tables
 #   bash scripts/gpu_pending_run.sh 3  # fp8 A/B main vs pipe (parity, fp8_gemm_bench)
 #   bash scripts/gpu_pending_run.sh 4  # indexer A/B main vs idx (parity, indexer_bench score)
+#   bash scripts/gpu_pending_run.sh 5  # Nsight Compute: wgmma attention, indexer scoring, experts
 # Logs packed into ${OUT}/logs.tar.xz.
 set -uo pipefail
 # shellcheck source=scripts/gpu_carry_lib.sh
@@ -67,5 +68,26 @@ case "${1:-1}" in
       done
     done
     ;;
-  *) echo "gpu_pending_run: phase 1, 2, 3 or 4" >&2; exit 2 ;;
+  5)
+    # Nsight Compute profiles (clocks left alone): the wgmma attention at batch 256 (bf16) and
+    # 1, the decode scoring of both indexer variants at 64 rows, the routed w1|w3 GEMM at batch
+    # 1 (28 us for 75 MB, 17.7 us at copy: the suspect of cuda_forward.md's batch-1 list; the
+    # bench times w1|w3 first).
+    ncu_pair() {  # name variant regex skip binary args...
+      local name=$1 v=$2 regex=$3 skip=$4
+      shift 4
+      GPU_BIN_DIR=.carry/ab/${v} GPU_LIB_DIR=.carry/ab/lib OUT="${out}" \
+        timeout 240 bash scripts/gpu_ncu.sh "${name}" "${regex}" "${skip}" "$@"
+      GPU_BIN_DIR=.carry/ab/${v} GPU_LIB_DIR=.carry/ab/lib timeout 240 \
+        bash scripts/gpu_ncu_stalls.sh "${regex}" "${skip}" "$@" > "${out}/stalls-${name}.txt"
+      grep -E 'time_duration|inst_executed|issue_active|tensor|long_scoreboard|barrier|wait' \
+        "${out}/stalls-${name}.txt"
+    }
+    ncu_pair attn_b256 attn sparse_attn_wgmma_kernel 3 attention_bench 256 bf16
+    ncu_pair attn_b1 attn sparse_attn_wgmma_kernel 3 attention_bench 1 bf16
+    ncu_pair idx_main main indexer_score_kernel 3 indexer_bench score 64
+    ncu_pair idx_warp idx indexer_score_kernel 3 indexer_bench score 64
+    ncu_pair moe_w13_b1 main moe_expert_gemm_kernel 4 moe_bench 1
+    ;;
+  *) echo "gpu_pending_run: phase 1 .. 5" >&2; exit 2 ;;
 esac
