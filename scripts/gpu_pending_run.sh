@@ -3,12 +3,14 @@
 # (scripts/gpu_ab_bundle.sh --fixture) with the variants main, pipe (main +
 # experiments/fp8-prefill-pipelined), attn (main + experiments/attn-wgmma) and idx (main +
 # experiments/indexer-warp-sync). One call per phase, carry [".carry"]:
-#   bash scripts/gpu_pending_run.sh 1  # attn: attention parity + bench, the forward's fixtures
-#   bash scripts/gpu_pending_run.sh 2  # forward A/B main vs attn (batch 1, 64), drafter error,
-#                                      # prefill op tables
-#   bash scripts/gpu_pending_run.sh 3  # fp8 A/B main vs pipe (parity, fp8_gemm_bench)
-#   bash scripts/gpu_pending_run.sh 4  # indexer A/B main vs idx (parity, indexer_bench score)
-#   bash scripts/gpu_pending_run.sh 5  # Nsight Compute: wgmma attention, indexer scoring, experts
+#   bash scripts/gpu_pending_run.sh 1  # attn: attention_kernel_test, attention_bench
+#   bash scripts/gpu_pending_run.sh 2  # attn in the forward: fixture tests, replay-fixture bf16 /
+#                                      # fp32; main's drafter-error test
+#   bash scripts/gpu_pending_run.sh 3  # forward A/B main vs attn (batch 1, 64), prefill op tables
+#   bash scripts/gpu_pending_run.sh 4  # fp8 A/B main vs pipe (parity, fp8_gemm_bench)
+#   bash scripts/gpu_pending_run.sh 5  # indexer A/B main vs idx (parity, indexer_bench score)
+#   bash scripts/gpu_pending_run.sh 6  # Nsight Compute: wgmma attention, indexer scoring, experts
+# In that order of priority; each phase fits one call (600 s).
 # Logs packed into ${OUT}/logs.tar.xz.
 set -uo pipefail
 # shellcheck source=scripts/gpu_carry_lib.sh
@@ -22,27 +24,29 @@ case "${1:-1}" in
     timeout 400 "${A}"/attention_kernel_test > "${out}/attn_test.log" 2>&1; echo "rc $?"
     summary "${out}/attn_test.log"
     echo "== attn attention_bench (bf16 = wgmma, bf16-mma = main's kernel)"
-    timeout 120 "${A}"/attention_bench > "${out}/attn_bench.log" 2>&1; echo "rc $?"
+    timeout 150 "${A}"/attention_bench > "${out}/attn_bench.log" 2>&1; echo "rc $?"
     grep -E '^ceilings|^\| [0-9]' "${out}/attn_bench.log"
+    ;;
+  2)
     echo "== attn cuda_forward_test (fixture, batched, engine, kv cache)"
     DI_FIXTURE_DIR="${FX}" timeout 300 "${A}"/cuda_forward_test \
       --gtest_filter='*TinyFixture*:*Batched*:*Engine*:*KvCache*' > "${out}/attn_cft.log" 2>&1
     echo "rc $?"; summary "${out}/attn_cft.log"
     for prec in bf16 fp32; do
-      timeout 120 "${A}"/deepinfer replay-fixture "${FX}" --backend cuda --precision "${prec}" \
+      timeout 100 "${A}"/deepinfer replay-fixture "${FX}" --backend cuda --precision "${prec}" \
         --quirk intended > "${out}/attn_replay_${prec}.log" 2>&1
       echo "attn replay-fixture ${prec}: rc $? $(tail -n 1 "${out}/attn_replay_${prec}.log")"
     done
-    ;;
-  2)
-    trap - EXIT
-    OUT="${out}" bash scripts/gpu_ab_run.sh --batch 1 --runs 2 --decode 32 main attn
-    OUT="${out}" bash scripts/gpu_ab_run.sh --batch 64 --runs 2 --decode 8 --gpu-only main attn
-    ab_run_setup
     echo "== drafter error (main, fixture)"
     DI_FIXTURE_DIR="${FX}" timeout 60 "${M}"/cuda_forward_test \
       --gtest_filter='*DraftingWithoutADrafter*' > "${out}/cft_main.log" 2>&1
     summary "${out}/cft_main.log"
+    ;;
+  3)
+    trap - EXIT
+    OUT="${out}" bash scripts/gpu_ab_run.sh --batch 1 --runs 2 --decode 32 main attn
+    OUT="${out}" bash scripts/gpu_ab_run.sh --batch 64 --runs 2 --decode 8 --gpu-only main attn
+    ab_run_setup
     echo "== prefill op tables (main, attn)"
     for v in main attn; do
       timeout 120 .carry/ab/"${v}"/cuda_forward_bench /tmp/v41-roles --prompt 4096 --batch 2 \
@@ -51,11 +55,11 @@ case "${1:-1}" in
       awk '/launches/{c=14} c-->0' "${out}/ops_${v}.log" | head -n 30
     done
     ;;
-  3)
+  4)
     trap - EXIT
     bash scripts/gpu_fp8_ab_run.sh main pipe
     ;;
-  4)
+  5)
     for v in main idx; do
       timeout 300 .carry/ab/"${v}"/indexer_kernel_test > "${out}/indexer_test_${v}.log" 2>&1
       echo "${v} indexer_kernel_test: rc $?"; summary "${out}/indexer_test_${v}.log"
@@ -68,7 +72,7 @@ case "${1:-1}" in
       done
     done
     ;;
-  5)
+  6)
     # Nsight Compute profiles (clocks left alone): the wgmma attention at batch 256 (bf16) and
     # 1, the decode scoring of both indexer variants at 64 rows, the routed w1|w3 GEMM at batch
     # 1 (28 us for 75 MB, 17.7 us at copy: the suspect of cuda_forward.md's batch-1 list; the
@@ -89,5 +93,5 @@ case "${1:-1}" in
     ncu_pair idx_warp idx indexer_score_kernel 3 indexer_bench score 64
     ncu_pair moe_w13_b1 main moe_expert_gemm_kernel 4 moe_bench 1
     ;;
-  *) echo "gpu_pending_run: phase 1 .. 5" >&2; exit 2 ;;
+  *) echo "gpu_pending_run: phase 1 .. 6" >&2; exit 2 ;;
 esac
