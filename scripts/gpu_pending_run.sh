@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The pending device calls (docs/design/cuda_forward.md, "The next device calls"): an A/B bundle
 # (scripts/gpu_ab_bundle.sh --fixture) with the variants main, pipe (main +
-# experiments/fp8-prefill-pipelined), attn (main + experiments/attn-wgmma) and idx (main +
-# experiments/indexer-warp-sync). One call per phase, carry [".carry"]:
+# experiments/fp8-prefill-pipelined), attn (main + experiments/attn-wgmma), idx (main +
+# experiments/indexer-warp-sync) and woa (main + experiments/wo-a-l2-prefetch). One call per
+# phase, carry [".carry"]:
 #   bash scripts/gpu_pending_run.sh 1  # attn: attention_kernel_test, attention_bench
 #   bash scripts/gpu_pending_run.sh 2  # attn in the forward: fixture tests, replay-fixture bf16 /
-#                                      # fp32; main's drafter-error test
-#   bash scripts/gpu_pending_run.sh 3  # forward A/B main vs attn (batch 1, 64), prefill op tables
+#                                      # fp32; woa's wo_a_kernel_test; main's drafter-error test
+#   bash scripts/gpu_pending_run.sh 3  # forward A/B main vs attn (vs woa at batch 1; batch 1 and
+#                                      # 64), prefill op tables
 #   bash scripts/gpu_pending_run.sh 4  # fp8 A/B main vs pipe (parity, fp8_gemm_bench)
 #   bash scripts/gpu_pending_run.sh 5  # indexer A/B main vs idx (parity, indexer_bench score)
 #   bash scripts/gpu_pending_run.sh 6  # Nsight Compute: wgmma attention, indexer scoring, experts
@@ -37,6 +39,9 @@ case "${1:-1}" in
         --quirk intended > "${out}/attn_replay_${prec}.log" 2>&1
       echo "attn replay-fixture ${prec}: rc $? $(tail -n 1 "${out}/attn_replay_${prec}.log")"
     done
+    echo "== woa wo_a_kernel_test"
+    timeout 120 .carry/ab/woa/wo_a_kernel_test > "${out}/woa_test.log" 2>&1; echo "rc $?"
+    summary "${out}/woa_test.log"
     echo "== drafter error (main, fixture)"
     DI_FIXTURE_DIR="${FX}" timeout 60 "${M}"/cuda_forward_test \
       --gtest_filter='*DraftingWithoutADrafter*' > "${out}/cft_main.log" 2>&1
@@ -44,7 +49,7 @@ case "${1:-1}" in
     ;;
   3)
     trap - EXIT
-    OUT="${out}" bash scripts/gpu_ab_run.sh --batch 1 --runs 2 --decode 32 main attn
+    OUT="${out}" bash scripts/gpu_ab_run.sh --batch 1 --runs 2 --decode 32 main attn woa
     OUT="${out}" bash scripts/gpu_ab_run.sh --batch 64 --runs 2 --decode 8 --gpu-only main attn
     ab_run_setup
     echo "== prefill op tables (main, attn)"
