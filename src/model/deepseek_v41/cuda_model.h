@@ -13,6 +13,7 @@
 // launches (no graph capture yet); DSpark drafting on the GPU (CudaForwardOptions::drafter)
 // or on the CPU reference.
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
