@@ -284,6 +284,20 @@ __device__ __forceinline__ float head_sum(const float* stage, int lane) {
   return score;
 }
 
+// The barrier between a step's staging and its use (and before the next step's staging). Decode
+// (one row): warp w stages exactly the keys it scores (keys 16 w .. 16 w + 15 of the step: its 32
+// threads, two a key) and its own head-sum stage, so a warp barrier suffices and the warps drift
+// apart, overlapping one warp's conversion with another's tensor-core work. Prefill (8 rows
+// sharing each key): every warp scores every staged key, a CTA barrier.
+template <int kRows>
+__device__ __forceinline__ void step_sync() {
+  if constexpr (kRows == 1) {
+    __syncwarp();
+  } else {
+    __syncthreads();
+  }
+}
+
 // The scoring kernel, decode and prefill. A CTA of 8 warps serves kRows query rows (warp w: row
 // w % kRows) over a chunk of keys_per_cta keys, in steps of kStepKeys keys:
 //   staging  the CTA loads the step's keys from the page table (256 / kStepKeys threads per key,
@@ -309,6 +323,9 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kBlocksPerThread = kBlocks / kThreadsPerKey;
   static_assert(kWarpKeys % 8 == 0 && kWarpKeys % kBatch == 0 && kThreads % kStepKeys == 0 &&
                 kBlocks % kThreadsPerKey == 0);
+  // step_sync<1>: the staging thread of key k (tid / kThreadsPerKey) is in the warp that scores
+  // it (warp k / kWarpKeys).
+  static_assert(kRows != 1 || 32 / kThreadsPerKey == kWarpKeys, "decode warps stage their keys");
   __shared__ __align__(16) float stage_all[kWarps][kBatch * kStageStride];
   __shared__ __align__(16) uint8_t keys_sm[kStepKeys * kTileBytes];
   const int tid = static_cast<int>(threadIdx.x);
@@ -406,7 +423,7 @@ __global__ void __launch_bounds__(kThreads)
         const float sc = scale_from_byte(e_b - shift);
         reinterpret_cast<float*>(dst + 128)[b] = (b == 0 && e_hi - e_lo > 3u) ? -sc : sc;
       }
-      __syncthreads();
+      step_sync<kRows>();
       fetch(step0 + kStepKeys + sk, page_next);
       prefetch_l2(step0 + 2 * kStepKeys + sk, page_after);
       page_next = page_after;
@@ -448,7 +465,7 @@ __global__ void __launch_bounds__(kThreads)
           __syncwarp();  // the stage is rewritten by the next batch
         }
       }
-      __syncthreads();  // keys_sm is rewritten by the next step
+      step_sync<kRows>();  // keys_sm is rewritten by the next step
     }
   }
   // The row's keys of the chunk past its visible count (never scored for it): -inf. One warp
