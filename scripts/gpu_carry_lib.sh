@@ -58,3 +58,11 @@ ab_run_setup() {
   [[ -d .carry/ab ]] || tar -C .carry -xJf .carry/ab.tar.xz
   export LD_LIBRARY_PATH="$PWD/.carry/ab/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
+
+# ncu_env: the library path of the Nsight Compute scripts (gpu_ncu.sh, gpu_ncu_stalls.sh): the
+# bundle's libraries (GPU_LIB_DIR, default .carry/gpu/lib), then the CUDA and pip cuBLAS ones.
+ncu_env() {
+  local cuda_libs
+  cuda_libs=$(ls -d /usr/local/cuda/lib64 2>/dev/null; python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
+  export LD_LIBRARY_PATH="$PWD/${GPU_LIB_DIR:-.carry/gpu/lib}:$(echo ${cuda_libs} | tr ' ' ':')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
