@@ -122,6 +122,14 @@ __device__ __forceinline__ uint32_t weights_hi(uint32_t w, uint32_t mult) {
   return d;
 }
 
+// Prefetches `bytes` (a multiple of 16) from global memory at p (16-byte aligned) into L2: one
+// bulk-copy-engine request, no registers or shared memory.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
 // 2^(s - 127) as a float (s = 0: the subnormal 2^-127; s = 255: NaN, like the reference).
 __device__ __forceinline__ float e8m0_to_float(uint32_t s) {
   if (s == 255u) return __uint_as_float(0x7FC00000u);
@@ -202,6 +210,16 @@ __global__ void __launch_bounds__(kThreads, kTokens == kSmallTokens ? 3 : (kF32 
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < nst && wrows > 0) issue(s);
     cp_async_commit();
+  }
+  // A step of at most kSmallTokens rows (one token chunk: each row tile has one reader): the rest
+  // of the warp's weights, one contiguous run of tiles, are prefetched into L2 with one bulk
+  // prefetch before the wait. They then stream from HBM while the attention this launch follows
+  // still runs on a few SMs, and the ring reads them from L2 (32 MiB at V4.1, inside the 50 MiB
+  // L2). Larger steps skip it: their attention reads enough KV to evict the weights again.
+  if (p.rows <= kSmallTokens && lane == 0 && wrows > 0 && nst > kStages - 1) {
+    prefetch_l2_bulk(
+        p.weight + wo_a_code_offset(group * R + wrow0, k0, gw) + (kStages - 1) * kStageBytes,
+        static_cast<uint32_t>((nst - (kStages - 1)) * kStageBytes));
   }
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
