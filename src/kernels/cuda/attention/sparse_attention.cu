@@ -21,7 +21,6 @@
 //    in chunk order (fixed, whatever the batch), adds the sink as an extra logit, divides, applies
 //    the inverse RoPE of the output tail and stores in the activation precision.
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -33,6 +32,7 @@
 #include "backend/cuda/device.h"
 #include "common/check.h"
 #include "kernels/cuda/attention/sparse_attention.cuh"
+#include "kernels/cuda/attention/sparse_attention_common.cuh"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -43,6 +43,21 @@
 namespace di {
 namespace {
 
+using attention_detail::bf16_hi;
+using attention_detail::bf16_lo;
+using attention_detail::bf16x2;
+using attention_detail::chunk_entry;
+using attention_detail::dequant_fp4x16;
+using attention_detail::dequant_fp8x16;
+using attention_detail::kLog2e;
+using attention_detail::kMaxChunks;
+using attention_detail::launch_row_clusters;
+using attention_detail::load_fp4_unit;
+using attention_detail::load_fp8_unit;
+using attention_detail::merge_chunks;
+using attention_detail::rope_bf16x8_in_place;
+using attention_detail::row_rope_table;
+
 constexpr int kHeads = kAttnHeads;  // 64
 constexpr int kDim = kKvDim;        // 512
 constexpr int kTile = 32;           // entries per shared tile
@@ -51,7 +66,6 @@ constexpr int kThreads = 256;
 constexpr int kRowBytes = kDim * 2;       // one bf16 row of Q or KV: 1024 bytes, 64 chunks of 16 B
 constexpr int kPRowBytes = 80;            // one P row: 32 bf16 + 16 B pad (conflict-free ldmatrix)
 constexpr int kPBytes = 16 * kPRowBytes;  // one head group's 16 x 32 P tile
-constexpr float kLog2e = 1.4426950408889634f;
 
 // The warps' split of a CTA's work for kSplit CTAs per (row, chunk), each with 64 / kSplit heads:
 // kGroups head groups of 16 (an mma's rows), kWarps warps per group; a warp takes kWarps-th of a
@@ -105,29 +119,10 @@ using cuda_detail::ldsm_x4_t;
 using cuda_detail::mma_bf16;
 using cuda_detail::smem_u32;
 
-__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
-  return ops_detail::pack_bf16x2(lo, hi);
-}
-
-__device__ __forceinline__ float bf16_lo(uint32_t v) {
-  return __uint_as_float(v << 16);
-}
-__device__ __forceinline__ float bf16_hi(uint32_t v) {
-  return __uint_as_float(v & 0xFFFF0000u);
-}
-
 // Named barrier of the kWarps warps of head group g (ids 1..kGroups; 0 is __syncthreads).
 template <int kWarps>
 __device__ __forceinline__ void group_sync(int g) {
   asm volatile("bar.sync %0, %1;" ::"r"(g + 1), "n"(32 * kWarps) : "memory");
-}
-
-// Two e4m3 codes (low byte first) times a power-of-two scale, as two bf16 (exact).
-__device__ __forceinline__ uint32_t e4m3x2_scaled(uint32_t two_codes, float s) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-  return bf16x2(f.x * s, f.y * s);
 }
 
 // Raw bytes of one thread's share of a tile, loaded one tile ahead of their use.
@@ -142,14 +137,7 @@ __device__ __forceinline__ void load_fp8(const uint8_t* const* ptr, int tile, Ra
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int c = threadIdx.x + kThreads * j;
-    const uint8_t* e = ptr[tile * kTile + c / 32];
-    if (e != nullptr) {
-      raw.v[j] = __ldg(reinterpret_cast<const uint4*>(e + 16 * (c % 32)));
-      raw.s[j] = __ldg(e + kDim + (c % 32) / 2);
-    } else {
-      raw.v[j] = make_uint4(0, 0, 0, 0);
-      raw.s[j] = 127;
-    }
+    load_fp8_unit(ptr[tile * kTile + c / 32], c % 32, raw.v[j], raw.s[j]);
   }
 }
 
@@ -158,14 +146,8 @@ __device__ __forceinline__ void store_fp8(uint8_t* kv, const Raw& raw) {
   for (int j = 0; j < 4; ++j) {
     const int c = threadIdx.x + kThreads * j;
     const int r = c / 32, ch = c % 32;
-    const float s = __uint_as_float(raw.s[j] << 23);  // 2^(byte - 127); byte 0 never written
-    const uint32_t w[4] = {raw.v[j].x, raw.v[j].y, raw.v[j].z, raw.v[j].w};
     uint32_t o[8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      o[2 * i] = e4m3x2_scaled(w[i] & 0xFFFFu, s);
-      o[2 * i + 1] = e4m3x2_scaled(w[i] >> 16, s);
-    }
+    dequant_fp8x16(raw.v[j], raw.s[j], o);
     *reinterpret_cast<uint4*>(kv + swz(r, 2 * ch)) = make_uint4(o[0], o[1], o[2], o[3]);
     *reinterpret_cast<uint4*>(kv + swz(r, 2 * ch + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
   }
@@ -178,38 +160,11 @@ __device__ __forceinline__ void load_fp4(const uint8_t* const* ptr, int tile, Ra
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int c = threadIdx.x + kThreads * j;
-    const uint8_t* e = ptr[tile * kTile + c / 16];
-    if (e != nullptr) {
-      raw.v[j] = __ldg(reinterpret_cast<const uint4*>(e + 16 * (c % 16)));
-      raw.s[j] = __ldg(reinterpret_cast<const uint16_t*>(e + kDim / 2 + 2 * (c % 16)));
-    } else {
-      raw.v[j] = make_uint4(0, 0, 0, 0);
-      raw.s[j] = 0;
-    }
+    load_fp4_unit(ptr[tile * kTile + c / 16], c % 16, raw.v[j], raw.s[j]);
   }
 }
 
-// Four e2m1 nibbles (bits [16 i, 16 i + 16) of x, value 4 i + j in nibble j) as two bf16x2 words,
-// unscaled: the magnitude's bf16 bytes come from two 8-entry byte tables (prmt), the sign bit is
-// moved to bit 15 of each bf16.
-__device__ __forceinline__ void e2m1x4_to_bf16(uint32_t x, uint32_t& w0, uint32_t& w1) {
-  // bf16 of 0, 0.5, 1, 1.5, 2, 3, 4, 6: high bytes 00 3F 3F 3F 40 40 40 40, low 00 00 80 C0 00 40
-  // 80 C0.
-  const uint32_t sel = x & 0x7777u;
-  const uint32_t hi = __byte_perm(0x3F3F3F00u, 0x40404040u, sel);
-  const uint32_t lo = __byte_perm(0xC0800000u, 0xC0804000u, sel);
-  w0 = __byte_perm(lo, hi, 0x5140) | ((x & 0x8u) << 12) | ((x & 0x80u) << 24);
-  w1 = __byte_perm(lo, hi, 0x7362) | ((x & 0x800u) << 4) | ((x & 0x8000u) << 16);
-}
-
-__device__ __forceinline__ uint32_t hmul2_bf16(uint32_t a, uint32_t b) {
-  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a),
-                                   *reinterpret_cast<const __nv_bfloat162*>(&b));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-
-// Dequantised to bf16 exactly: e2m1 (2 significant bits) times an e4m3 scale (4 significant bits,
-// itself exact in bf16) has at most 6 significant bits, so the bf16 multiply does not round.
+// Dequantised to bf16 exactly (dequant_fp4x16).
 __device__ __forceinline__ void store_fp4(uint8_t* kv, const Raw& raw) {
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
@@ -218,18 +173,8 @@ __device__ __forceinline__ void store_fp4(uint8_t* kv, const Raw& raw) {
     const uint32_t w[4] = {raw.v[j].x, raw.v[j].y, raw.v[j].z, raw.v[j].w};
 #pragma unroll
     for (int side = 0; side < 2; ++side) {  // 16 values (8 bytes) per e4m3 scale
-      const uint32_t sc = (raw.s[j] >> (8 * side)) & 0xFFu;
-      const __half_raw hs = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(sc), __NV_E4M3);
-      const float sf = __half2float(*reinterpret_cast<const __half*>(&hs));
-      const uint32_t s2 = bf16x2(sf, sf);
       uint32_t o[8];
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const uint32_t x = w[2 * side + b / 2] >> (16 * (b % 2));
-        e2m1x4_to_bf16(x, o[2 * b], o[2 * b + 1]);
-        o[2 * b] = hmul2_bf16(o[2 * b], s2);
-        o[2 * b + 1] = hmul2_bf16(o[2 * b + 1], s2);
-      }
+      dequant_fp4x16(w[2 * side], w[2 * side + 1], (raw.s[j] >> (8 * side)) & 0xFFu, o);
       *reinterpret_cast<uint4*>(kv + swz(r, 4 * ch + 2 * side)) =
           make_uint4(o[0], o[1], o[2], o[3]);
       *reinterpret_cast<uint4*>(kv + swz(r, 4 * ch + 2 * side + 1)) =
@@ -244,8 +189,6 @@ __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
   const float4 b = *reinterpret_cast<const float4*>(p + 4);
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
-
-using ops_detail::store4;
 
 // Attention of one (row, chunk, 1 / kSplit of the heads), then the row's chunks merged in its
 // cluster. T = float or uint16_t (bf16 bits) activations. Both splits give the same bits: per
@@ -296,12 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t seq = p.seq[row];
   const int64_t pos = p.pos[row];
 
-  // The row's RoPE table (rope_dim 64): q's tail (q_rope) and the output's inverse rotation.
-  if (tid < 32) {
-    const float2 cs = ops_detail::rope_cos_sin(pos, p.rope_freqs[tid]);
-    s_rope[tid] = cs.x;
-    s_rope[32 + tid] = cs.y;
-  }
+  row_rope_table(s_rope, pos, p.rope_freqs, 0);
   __syncthreads();
   if (tid == kThreads - 1) {
     fp8_sm90::mbar_init(&s_full[0], kThreads / 32);  // one arrival per warp
@@ -309,35 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // Entry addresses of this chunk (nullptr = masked) and which tiles hold any entry.
   if (tid < kChunk) {
-    const uint8_t* e = nullptr;
-    if (p.block_rows > 0) {
-      // A DSpark draft block: chunk 0 the ring before the block, chunk 1 the block's entries.
-      const int64_t cs = p.chunk_start[row];
-      if (chunk == 0) {
-        const int64_t t = cs - p.window + tid;
-        if (tid < p.window && t >= 0) {
-          e = paged_entry(p.swa, seq, static_cast<int64_t>(p.ring_block) * p.window + t % p.window);
-        }
-      } else if (tid < p.block_rows) {
-        e = p.chunk_kv + (p.chunk_row0[row] + tid) * kSwaEntryBytes;
-      }
-    } else if (chunk == 0) {
-      if (tid < p.window) {
-        const int64_t t = pos - p.window + 1 + tid;
-        const int64_t cs = p.chunk_start[row];
-        if (t >= 0 && t < cs) {
-          e = paged_entry(p.swa, seq, static_cast<int64_t>(p.ring_block) * p.window + t % p.window);
-        } else if (t >= cs && p.chunk_kv != nullptr) {
-          e = p.chunk_kv + (p.chunk_row0[row] + (t - cs)) * kSwaEntryBytes;
-        }
-      }
-    } else {
-      const int slot = (chunk - 1) * kChunk + tid;
-      if (slot < p.topk_width) {
-        const int32_t idx = p.topk[static_cast<int64_t>(row) * p.topk_width + slot];
-        if (idx >= 0 && idx < p.comp_entries) e = paged_entry(p.comp, seq, idx);
-      }
-    }
+    const uint8_t* e = chunk_entry(p, row, chunk, tid, seq, pos);
     s_ptr[tid] = e;
     const uint32_t valid = __ballot_sync(0xFFFFFFFFu, e != nullptr);  // warp w = tile w
     if (tid % 32 == 0) s_tiles[tid / kTile] = static_cast<int>(valid);
@@ -390,16 +300,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int i0 = 4 * (ch - (kDim - 64) / 8);  // the column's first pair of the tail
 #pragma unroll 4
       for (int j = 0; j < kPer; ++j) {
-        uint4* w = reinterpret_cast<uint4*>(s_q + swz((tid + kThreads * j) / (kDim / 8), ch));
-        const uint4 x = *w;
-        uint32_t u[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 r = ops_detail::rope_rotate(bf16_lo(u[i]), bf16_hi(u[i]), s_rope[i0 + i],
-                                                   s_rope[32 + i0 + i]);
-          u[i] = bf16x2(r.x, r.y);
-        }
-        *w = make_uint4(u[0], u[1], u[2], u[3]);
+        rope_bf16x8_in_place(
+            reinterpret_cast<uint4*>(s_q + swz((tid + kThreads * j) / (kDim / 8), ch)), i0, s_rope);
       }
     }
   }
@@ -705,8 +607,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // after the loop's last barrier), m and l [kCtaHeads][2] into shared memory; then the chunks of
   // the row and head part (one cluster) are merged through distributed shared memory, CTA `chunk`
   // producing the part's heads chunk, chunk + chunks, ...
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
   float* s_o = reinterpret_cast<float*>(smem);
   float* s_ml = s_red;  // [kCtaHeads][2]
 #pragma unroll
@@ -727,78 +627,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       s_ml[2 * h + 1] = l_run[r];
     }
   }
-  cluster.sync();
-
-  // Per head: w_c = 2^(m_c - M) and 1 / (sum_c w_c l_c + 2^(sink - M)) over the chunks in chunk
-  // order (into the P buffers, free now); every remote load of a thread is issued before use.
-  constexpr int kMaxChunks = 8;
   float* s_wt =
       reinterpret_cast<float*>(s_p);  // [kMaxChunks][kCtaHeads] weights, [kCtaHeads] 1/den
   static_assert((kMaxChunks + 1) * kCtaHeads * 4 <= L::kP, "weights in the P buffers");
-  if (tid < kCtaHeads) {
-    float m[kMaxChunks], l[kMaxChunks];
-#pragma unroll
-    for (int c = 0; c < kMaxChunks; ++c) {
-      if (c < chunks) {
-        const float* ml = cluster.map_shared_rank(s_ml, c);
-        m[c] = ml[2 * tid];
-        l[c] = ml[2 * tid + 1];
-      }
-    }
-    float mx = -INFINITY;
-#pragma unroll
-    for (int c = 0; c < kMaxChunks; ++c)
-      if (c < chunks) mx = fmaxf(mx, m[c]);
-    float den = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kMaxChunks; ++c) {
-      if (c < chunks) {
-        const float w = (mx == -INFINITY || m[c] == -INFINITY) ? 0.0f : exp2f(m[c] - mx);
-        den += w * l[c];
-        s_wt[c * kCtaHeads + tid] = w;
-      }
-    }
-    // Nothing visible: the output is zero (the sink alone), weights and 1 / den both 0.
-    const float sink = p.sink[kCtaHeads * part + tid];
-    s_wt[kMaxChunks * kCtaHeads + tid] =
-        mx == -INFINITY ? 0.0f : 1.0f / (den + exp2f(sink * kLog2e - mx));
-  }
-  __syncthreads();
-
-  T* out = static_cast<T*>(p.out) + (static_cast<int64_t>(row) * kHeads + kCtaHeads * part) * kDim;
-  const int tail0 = kDim - p.rope_dim;
-  const int d = 4 * (tid % 128);
-  for (int h = chunk + chunks * (tid / 128); h < kCtaHeads; h += 2 * chunks) {
-    float4 v[kMaxChunks];
-#pragma unroll
-    for (int c = 0; c < kMaxChunks; ++c)
-      if (c < chunks)
-        v[c] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(s_o, c) + h * kDim + d);
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int c = 0; c < kMaxChunks; ++c) {
-      if (c < chunks) {
-        const float w = s_wt[c * kCtaHeads + h];
-        acc.x += w * v[c].x;
-        acc.y += w * v[c].y;
-        acc.z += w * v[c].z;
-        acc.w += w * v[c].w;
-      }
-    }
-    const float inv = s_wt[kMaxChunks * kCtaHeads + h];
-    acc.x *= inv;
-    acc.y *= inv;
-    acc.z *= inv;
-    acc.w *= inv;
-    if (d >= tail0) {  // the inverse rotation
-      const int i0 = (d - tail0) / 2;
-      const float2 r0 = ops_detail::rope_rotate(acc.x, acc.y, s_rope[i0], -s_rope[32 + i0]);
-      const float2 r1 = ops_detail::rope_rotate(acc.z, acc.w, s_rope[i0 + 1], -s_rope[33 + i0]);
-      acc = make_float4(r0.x, r0.y, r1.x, r1.y);
-    }
-    store4(out + h * kDim + d, acc);
-  }
-  cluster.sync();  // the other CTAs may still read this CTA's shared memory
+  merge_chunks<T, kCtaHeads, kDim>(p, row, part, chunk, chunks, s_o, s_ml, s_wt, s_rope);
 }
 
 int num_chunks(const SparseAttnParams& p) {
@@ -806,34 +638,12 @@ int num_chunks(const SparseAttnParams& p) {
   return 1 + (p.topk_width + kChunk - 1) / kChunk;
 }
 
-// Raise the kernel's shared-memory limit (a host-side attribute of the current device's function;
-// set on every launch rather than remembered in process-wide state).
-template <typename T, int kSplit>
-void allow_smem(int bytes) {
-  DI_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel<T, kSplit>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
 template <typename T, int kSplit>
 void launch(const SparseAttnParams& p, int chunks, cudaStream_t stream) {
   constexpr bool kF32 = sizeof(T) == 4;
-  const int smem = Smem<kF32, kSplit>::kBytes;
-  allow_smem<T, kSplit>(smem);
   // Grid (rows, chunks, kSplit), one cluster of `chunks` CTAs per row and head part.
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(chunks), kSplit);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2]{};
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = static_cast<unsigned>(chunks);
-  attr[0].val.clusterDim.z = 1;
-  attr[1] = cuda_detail::pdl_attribute();  // the kernel waits first (kernels/cuda/pdl.cuh)
-  cfg.attrs = attr;
-  cfg.numAttrs = 2;
-  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_attn_kernel<T, kSplit>, p, chunks));
+  launch_row_clusters(sparse_attn_kernel<T, kSplit>, p, chunks, kSplit, kThreads,
+                      Smem<kF32, kSplit>::kBytes, stream);
 }
 
 // Two CTAs per (row, chunk) when twice the grid still fits one wave (one CTA per SM): each CTA's
