@@ -1,11 +1,13 @@
 // CSA2 sparse attention (issue 7) at decode: window 128 FP8 entries + 512 selected FP4 compressed
-// entries per query row, 64 heads x 512, for batches of 1..256 sequences at a 64K context (32K
+// entries per query row, 64 heads x 512, for batches of 1..1024 sequences at a 64K context (32K
 // compressed entries per sequence, ratio 2). Reports the time, the bytes the op must move (KV
 // entries read, q read, output written) against the device-to-device copy bandwidth, and the
 // tensor FLOPs (QK and PV, 2 * 64 * entries * 512 each) against cuBLAS's bf16 GEMM rate at
 // 8192^3, both measured in the same run. Table on stdout. Never run as a test.
 //
-// `attention_bench [batch [fp32|bf16]]`. Times: median per launch of a CUDA graph of 20 launches.
+// `attention_bench [batch [fp32|bf16|bf16-mma]]`: bf16 runs the wgmma kernel (the forward's
+// choice), bf16-mma the mma.sync kernel at bf16 precision (SparseAttnParams::tensor_kernel), fp32
+// the mma.sync kernel at fp32. Times: median per launch of a CUDA graph of 20 launches.
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -115,7 +117,7 @@ int main(int argc, char** argv) {
     constexpr int kComp = 32768;  // 64K context, ratio 2
     constexpr int kTopk = 512;
     constexpr int kWin = 128;
-    const int64_t max_batch = 256;
+    const int64_t max_batch = 1024;  // 1,024 rows: many waves, the steady state of a prefill chunk
     // Pages of 64 entries, identity page tables (sequence b owns pages [b * n, (b + 1) * n)).
     const int64_t comp_page = 64LL * di::kCompEntryBytes, swa_page = 64LL * di::kSwaEntryBytes;
     const int comp_pages = kComp / 64, swa_pages = kWin / 64;
@@ -162,16 +164,18 @@ int main(int argc, char** argv) {
     std::printf(
         "\n| batch | precision | us | must-move MB | GB/s | %% of copy "
         "| TFLOP/s | %% of bf16 peak |\n|---|---|---|---|---|---|---|---|\n");
-    for (int64_t b : {1, 8, 64, 256}) {
+    for (int64_t b : {1, 8, 64, 256, 1024}) {
       if (batch_only != 0 && b != batch_only) continue;
-      for (const char* prec : {"fp32", "bf16"}) {
+      for (const char* prec : {"fp32", "bf16", "bf16-mma"}) {
         if (!prec_only.empty() && prec_only != prec) continue;
         const bool f32 = std::strcmp(prec, "fp32") == 0;
+        const bool mma = std::strcmp(prec, "bf16-mma") == 0;
         di::SparseAttnParams p;
         p.q = q.data();
         p.out = out.data();
         p.rows = b;
         p.precision = f32 ? di::ActPrecision::kF32 : di::ActPrecision::kBF16;
+        p.tensor_kernel = mma ? di::AttnTensorKernel::kMmaSync : di::AttnTensorKernel::kAuto;
         p.seq = d_seq.as<int32_t>();
         p.pos = d_pos.as<int64_t>();
         p.chunk_start = d_cs.as<int64_t>();

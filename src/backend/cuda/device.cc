@@ -39,4 +39,11 @@ int current_sm_count() {
   return sms;
 }
 
+int current_sm_major() {
+  int device = 0, major = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major;
+}
+
 }  // namespace di

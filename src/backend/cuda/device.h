@@ -22,4 +22,8 @@ DeviceInfo device_info(int ordinal);
 // SMs of the calling thread's current device (cudaGetDevice): the launchers' grid-size choices.
 int current_sm_count();
 
+// Compute capability major of the calling thread's current device (9: Hopper): the launchers'
+// per-architecture kernel choices.
+int current_sm_major();
+
 }  // namespace di

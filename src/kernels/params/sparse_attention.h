@@ -13,10 +13,11 @@
 // gets the inverse RoPE on its last rope_dim values. Reference: cpu::sparse_attention on the
 // unpacked entries (kernels/cpu/kv_pack.h) followed by RopeTable::apply(inverse).
 //
-// Dimensions: 64 heads x 512 run the tensor-core kernel (sparse_attention.cu, rope_dim 64,
-// topk_width <= 896). Any other heads / head_dim (the small fixture models) run a simple fp32
-// kernel (sparse_attention_generic.cu) of the same semantics: heads in [1, 128], head_dim a
-// multiple of 32 in [32, 1024], rope_dim even in [0, head_dim], topk_width <= 2048.
+// Dimensions: 64 heads x 512 run a tensor-core kernel (rope_dim 64, topk_width <= 896): wgmma
+// in bf16 precision (sparse_attention_wgmma.cu), mma.sync in fp32 (sparse_attention.cu). Any
+// other heads / head_dim (the small fixture models) run a simple fp32 kernel
+// (sparse_attention_generic.cu) of the same semantics: heads in [1, 128], head_dim a multiple of
+// 32 in [32, 1024], rope_dim even in [0, head_dim], topk_width <= 2048.
 //
 // Batch invariance: every row is split into the same fixed chunks of entries (the window, then
 // 128 top-k slots at a time), whatever the batch; the chunks are merged in chunk order. No
@@ -37,6 +38,8 @@ inline constexpr int kAttnChunk = 128;  // entries per split (one CTA)
 inline constexpr int kAttnGenericMaxHeads = 128;
 inline constexpr int kAttnGenericMaxDim = 1024;
 inline constexpr int kAttnGenericMaxTopk = 2048;
+
+enum class AttnTensorKernel : int8_t { kAuto, kMmaSync, kWgmma };
 
 struct SparseAttnParams {
   const void* q = nullptr;  // [rows, heads, head_dim] fp32 or bf16 (precision), RoPE applied
@@ -97,9 +100,15 @@ struct SparseAttnParams {
   // tensor-core kernel's hi + lo bf16 operands give ~1e-5). The fp32 forward's exact mode uses it
   // so that rounding differences stay below the fixtures' recorded near-ties.
   bool fp32_reference = false;
-  // Tensor-core kernel: CTAs per (row, chunk), each with 64 / head_split heads. 0: chosen by the
+  // Which tensor-core kernel runs 64 x 512 (tests and benchmarks pin it; the forward leaves
+  // kAuto): kAuto = wgmma in bf16 precision, mma.sync in fp32; kMmaSync = mma.sync
+  // (sparse_attention.cu, either precision); kWgmma = wgmma (sparse_attention_wgmma.cu, bf16
+  // only). The two give different bits (different product groupings), each batch-invariant, so
+  // the choice depends on the precision only, never on the batch.
+  AttnTensorKernel tensor_kernel = AttnTensorKernel::kAuto;
+  // mma.sync kernel: CTAs per (row, chunk), each with 64 / head_split heads. 0: chosen by the
   // grid (2 while twice the CTAs fit one wave of the device's SMs, else 1); 1 or 2: forced (the
-  // tests). Either gives the same bits.
+  // tests). Either gives the same bits. The wgmma kernel has one CTA per (row, chunk).
   int32_t head_split = 0;
 };
 

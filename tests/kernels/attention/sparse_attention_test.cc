@@ -19,6 +19,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../dense_ops/dense_ops_test_util.h"
@@ -102,6 +103,10 @@ struct Case {
   // (separate launch), both outputs' bytes kept.
   bool q_rope_check = false;
   int head_split = 0;  // SparseAttnParams::head_split (0: chosen by the grid)
+  AttnTensorKernel tensor_kernel = AttnTensorKernel::kAuto;  // SparseAttnParams::tensor_kernel
+  // Leading top-k slots left at -1 before the selected indices (masked entries and whole masked
+  // tiles / chunks ahead of valid ones).
+  int topk_offset = 0;
   // > 0: a DSpark draft block (SparseAttnParams::block_rows): every row of a sequence attends to
   // the ring before its chunk and to the chunk's first block_rows entries (topk_width 0).
   int block_rows = 0;
@@ -110,7 +115,7 @@ struct Case {
 struct Result {
   std::vector<float> gpu;  // [rows, 64, 512] as fp32
   std::vector<double> ref;
-  std::vector<float> single;             // the single_row launch, fp32
+  std::vector<float> single;             // the single_row launch, as fp32
   std::vector<uint8_t> fused, separate;  // q_rope_check: the two outputs' bytes
 };
 
@@ -210,11 +215,12 @@ Result run_case(const Case& c) {
       std::vector<int32_t> all(static_cast<size_t>(sp.comp_len));
       std::iota(all.begin(), all.end(), 0);
       std::shuffle(all.begin(), all.end(), rng);
-      const int64_t n = std::min<int64_t>(c.topk_width, sp.comp_len);
+      const int64_t n = std::min<int64_t>(c.topk_width - c.topk_offset, sp.comp_len);
       std::vector<int32_t> sel(all.begin(), all.begin() + n);
       std::sort(sel.begin(), sel.end());
       for (int64_t i = 0; i < n; ++i) {
-        topk[static_cast<size_t>(r * c.topk_width + i)] = sel[static_cast<size_t>(i)];
+        topk[static_cast<size_t>(r * c.topk_width + c.topk_offset + i)] =
+            sel[static_cast<size_t>(i)];
         add(comp.values[static_cast<size_t>(s)].data() + sel[static_cast<size_t>(i)] * kD);
       }
     }
@@ -277,6 +283,7 @@ Result run_case(const Case& c) {
   p.rope_freqs = d_freqs.as<float>();
   p.fp32_reference = c.fp32_reference;
   p.head_split = c.head_split;
+  p.tensor_kernel = c.tensor_kernel;
   p.block_rows = c.block_rows;
   sparse_attention(p, st);
   DI_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -308,7 +315,7 @@ Result run_case(const Case& c) {
   if (c.single_row >= 0) {
     // The same row as a batch of one: every per-row array offset to it, a fresh output.
     const int64_t r = c.single_row;
-    DeviceBuffer d_one = poisoned<float>(static_cast<size_t>(kH) * kD, st);
+    DeviceBuffer d_one = poisoned<uint8_t>(static_cast<size_t>(kH) * kD * esz, st);
     SparseAttnParams one = p;
     one.rows = 1;
     one.q = static_cast<const uint8_t*>(d_q.data()) + r * kH * kD * static_cast<int64_t>(esz);
@@ -319,7 +326,12 @@ Result run_case(const Case& c) {
     one.chunk_row0 += r;
     one.topk += r * c.topk_width;
     sparse_attention(one, st);
-    res.single = download<float>(d_one, static_cast<size_t>(kH) * kD, st);
+    if (c.precision == ActPrecision::kF32) {
+      res.single = download<float>(d_one, static_cast<size_t>(kH) * kD, st);
+    } else {
+      res.single =
+          dense_test::from_bf16(download<uint16_t>(d_one, static_cast<size_t>(kH) * kD, st));
+    }
   }
   return res;
 }
@@ -375,10 +387,8 @@ TEST(SparseAttentionGpu, DraftBlockMatchesCpu) {
                    generic ? "draft block, fp32 reference kernel" : "draft block");
       // A row of the block alone gives the same bits as within the batch.
       ASSERT_EQ(r.single.size(), static_cast<size_t>(kH) * kD);
-      if (prec == ActPrecision::kF32) {
-        EXPECT_EQ(0, std::memcmp(r.single.data(), r.gpu.data() + 17 * kH * kD,
-                                 r.single.size() * sizeof(float)));
-      }
+      EXPECT_EQ(0, std::memcmp(r.single.data(), r.gpu.data() + 17 * kH * kD,
+                               r.single.size() * sizeof(float)));
     }
   }
 }
@@ -456,15 +466,18 @@ TEST(SparseAttentionGpu, WindowAndTopkWidthEdges) {
 
 TEST(SparseAttentionGpu, RowIsBatchInvariant) {
   DI_REQUIRE_GPU();
-  // Each row of the decode batch alone: bitwise the same output as inside the batch of six.
-  for (int r = 0; r < 6; ++r) {
-    Case c = decode_case(ActPrecision::kF32, 41);
-    c.single_row = r;
-    const Result res = run_case(c);
-    ASSERT_EQ(std::memcmp(res.single.data(), res.gpu.data() + static_cast<size_t>(r) * kH * kD,
-                          static_cast<size_t>(kH) * kD * sizeof(float)),
-              0)
-        << "row " << r;
+  // Each row of the decode batch alone: bitwise the same output as inside the batch of six, for
+  // the mma.sync kernel (fp32) and the wgmma kernel (bf16).
+  for (const ActPrecision prec : {ActPrecision::kF32, ActPrecision::kBF16}) {
+    for (int r = 0; r < 6; ++r) {
+      Case c = decode_case(prec, 41);
+      c.single_row = r;
+      const Result res = run_case(c);
+      ASSERT_EQ(std::memcmp(res.single.data(), res.gpu.data() + static_cast<size_t>(r) * kH * kD,
+                            static_cast<size_t>(kH) * kD * sizeof(float)),
+                0)
+          << (prec == ActPrecision::kF32 ? "fp32" : "bf16") << " row " << r;
+    }
   }
 }
 
@@ -498,9 +511,10 @@ TEST(SparseAttentionGpu, QRopeIsApplyRopeThenAttention) {
 
 TEST(SparseAttentionGpu, HeadSplitsGiveTheSameBits) {
   DI_REQUIRE_GPU();
-  // One CTA per (row, chunk) with all 64 heads, or two with 32 each (what a small batch gets):
-  // the same bytes, so the choice by grid size keeps a row's output batch-invariant. Both
-  // storages, q_rope fused, a window of 64, a top-k width off the 128 grid and the widest one.
+  // The mma.sync kernel: one CTA per (row, chunk) with all 64 heads, or two with 32 each (what a
+  // small batch gets): the same bytes, so the choice by grid size keeps a row's output
+  // batch-invariant. Both storages, q_rope fused, a window of 64, a top-k width off the 128 grid
+  // and the widest one.
   std::vector<Case> cases;
   for (const ActPrecision prec : {ActPrecision::kF32, ActPrecision::kBF16}) {
     Case c = decode_case(prec, 61);
@@ -516,6 +530,7 @@ TEST(SparseAttentionGpu, HeadSplitsGiveTheSameBits) {
   }
   for (size_t i = 0; i < cases.size(); ++i) {
     Case c = cases[i];
+    c.tensor_kernel = AttnTensorKernel::kMmaSync;  // the head split is the mma.sync kernel's
     c.head_split = 1;
     const Result one = run_case(c);
     c.head_split = 2;
@@ -526,6 +541,51 @@ TEST(SparseAttentionGpu, HeadSplitsGiveTheSameBits) {
     EXPECT_EQ(one.fused, two.fused) << "case " << i << " (q_rope)";
     // And both are the attention (not the same wrong bytes).
     expect_close(two, c.precision == ActPrecision::kF32 ? 1e-4 : 1e-2, "two CTAs per chunk");
+  }
+}
+
+// bf16 precision runs the wgmma kernel (tensor_kernel kAuto); the mma.sync kernel stays
+// selectable. Both must be the attention on every case shape: decode rows (partial windows, rows
+// without compressed entries, 32K compressed entries), a 200-row prefill chunk, a window-only
+// layer, a window of 64 with a top-k width off the 128 grid, the widest top-k, leading masked
+// top-k slots (whole masked tiles and chunks before valid ones) and DSpark draft blocks (a ring
+// whose first 64 slots are empty: the second tile alone).
+TEST(SparseAttentionGpu, Bf16KernelsBothMatchCpu) {
+  DI_REQUIRE_GPU();
+  std::vector<std::pair<std::string, Case>> cases;
+  cases.emplace_back("decode", decode_case(ActPrecision::kBF16, 71));
+  Case prefill;
+  prefill.precision = ActPrecision::kBF16;
+  prefill.seed = 72;
+  for (int64_t i = 0; i < 200; ++i) {
+    prefill.seqs.push_back({1000 + i, i + 1, (1000 + i + 1) / 2});
+    prefill.row_seq.push_back(static_cast<int>(i));
+  }
+  cases.emplace_back("prefill chunk", prefill);
+  Case window_only = decode_case(ActPrecision::kBF16, 73);
+  window_only.topk_width = 0;
+  cases.emplace_back("window only", window_only);
+  Case edges = decode_case(ActPrecision::kBF16, 74);
+  edges.window = 64;
+  edges.topk_width = 300;
+  cases.emplace_back("window 64, top-k width 300", edges);
+  Case wide = decode_case(ActPrecision::kBF16, 75);
+  wide.topk_width = 896;
+  cases.emplace_back("top-k width 896", wide);
+  Case holes = decode_case(ActPrecision::kBF16, 76);
+  holes.topk_offset = 200;  // slots 0..199 masked: chunk 1 and half of chunk 2 empty
+  cases.emplace_back("leading masked top-k slots", holes);
+  cases.emplace_back("draft blocks", draft_case(ActPrecision::kBF16, 77));
+  for (auto& [name, c] : cases) {
+    c.tensor_kernel = AttnTensorKernel::kMmaSync;
+    const Result mma = run_case(c);
+    expect_close(mma, 1e-2, (name + ", bf16 mma.sync").c_str());
+    c.tensor_kernel = AttnTensorKernel::kWgmma;
+    const Result wg = run_case(c);
+    expect_close(wg, 1e-2, (name + ", bf16 wgmma").c_str());
+    c.tensor_kernel = AttnTensorKernel::kAuto;
+    const Result aut = run_case(c);
+    EXPECT_EQ(aut.gpu, wg.gpu) << name << ": kAuto is the wgmma kernel in bf16";
   }
 }
 
@@ -579,6 +639,11 @@ TEST(SparseAttentionGpu, BadParamsAreRejected) {
   p.topk_width = 512;
   p.head_split = 3;
   EXPECT_NE(error_of([&] { sparse_attention(p, nullptr); }).find("head_split 3"),
+            std::string::npos);
+  p.head_split = 0;
+  p.precision = ActPrecision::kF32;
+  p.tensor_kernel = AttnTensorKernel::kWgmma;
+  EXPECT_NE(error_of([&] { sparse_attention(p, nullptr); }).find("bf16 precision only"),
             std::string::npos);
 }
 

@@ -726,6 +726,19 @@ void sparse_attention(const SparseAttnParams& p, cudaStream_t stream) {
   DI_CHECK(p.rope_dim == 64, "sparse_attention: rope_dim {} (only 64 is built)", p.rope_dim);
   DI_CHECK(p.head_split >= 0 && p.head_split <= 2,
            "sparse_attention: head_split {} must be 0 (by the grid), 1 or 2", p.head_split);
+  DI_CHECK(p.tensor_kernel != AttnTensorKernel::kWgmma || p.precision == ActPrecision::kBF16,
+           "sparse_attention: the wgmma kernel runs bf16 precision only (tensor_kernel kWgmma "
+           "with fp32)");
+  if (p.precision == ActPrecision::kBF16 && p.tensor_kernel != AttnTensorKernel::kMmaSync) {
+    // wgmma is sm_90a's; elsewhere kAuto takes the mma.sync kernel.
+    const bool sm90 = current_sm_major() == 9;
+    DI_CHECK(sm90 || p.tensor_kernel == AttnTensorKernel::kAuto,
+             "sparse_attention: the wgmma kernel needs an sm_90 device");
+    if (sm90) {
+      attention_detail::launch_sparse_attention_wgmma(p, num_chunks(p), stream);
+      return;
+    }
+  }
   if (p.precision == ActPrecision::kF32) {
     launch<float>(p, stream);
   } else {

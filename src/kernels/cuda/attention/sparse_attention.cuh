@@ -25,6 +25,10 @@ namespace attention_detail {
 // the params are validated; not an entry point of its own.
 void launch_sparse_attention_generic(const SparseAttnParams& params, cudaStream_t stream);
 
+// The wgmma kernel (sparse_attention_wgmma.cu, bf16 precision, sm_90a), likewise launched by
+// sparse_attention(); `chunks` CTAs per row.
+void launch_sparse_attention_wgmma(const SparseAttnParams& params, int chunks, cudaStream_t stream);
+
 }  // namespace attention_detail
 
 }  // namespace di

@@ -1,0 +1,395 @@
+// CSA2 sparse attention on sm_90a with warpgroup MMAs, bf16 precision (kernels/params/
+// sparse_attention.h; the fp32 precision keeps the mma.sync kernel of sparse_attention.cu).
+//
+// One CTA per (query row, chunk of up to 128 entries), the chunks of a row one cluster, exactly
+// the chunking of the mma.sync kernel: chunk 0 is the window (FP8 SWA entries), chunk c >= 1 the
+// top-k slots [128 (c - 1), 128 c) (FP4 compressed entries); a DSpark draft block has chunk 0 =
+// the ring before the block and chunk 1 = the block's own FP8 entries. Per CTA:
+// - Q (64 heads x 512, bf16 as stored) lands in shared memory by cp.async in the wgmma operand
+//   layout: 8 panels of 64 values, each panel 64 lines of 128 bytes with the 128-byte swizzle
+//   (16-byte chunk c of line r at chunk c ^ (r % 8)).
+// - The chunk's entries are read once in two tiles of 64 and dequantised exactly to bf16 into the
+//   same layout (line = entry): FP8 codes times their power-of-two scale, FP4 values times their
+//   e4m3 scale, each at most 6 significant bits. Tile 1's bytes are loaded before tile 0's
+//   products and stored while they run.
+// - Two warpgroups. S = Q K^T (64 heads x 64 entries) is split over the head dimension: warpgroup
+//   g multiplies dims [256 g, 256 g + 256) (16 wgmma m64n64k16, Q and K from shared memory,
+//   K-major), the two fp32 partials are exchanged through shared memory and both warpgroups form
+//   S = S_0 + S_1 (fp32 addition commutes: the same bits in both). Both run the same online
+//   softmax on all of S (log2 domain; identical m, l and P), and warpgroup g accumulates
+//   O[:, 256 g, +256) += P V (4 wgmma m64n256k16: P from registers as bf16, V = the K tile read
+//   MN-major).
+// - The chunk's unnormalised O, m and l go to shared memory and the row's chunks are merged in
+//   chunk order through distributed shared memory (merge_chunks, shared with the mma.sync
+//   kernel), then the inverse RoPE of the output tail and the bf16 store.
+// Every product grouping and reduction order depends only on the row's own entries, never on
+// the batch: rows are bitwise batch-invariant. The bits differ from the mma.sync kernel's (other
+// groupings of the same products), so the kernel is chosen by the precision alone.
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/attention/sparse_attention.cuh"
+#include "kernels/cuda/attention/sparse_attention_common.cuh"
+#include "kernels/cuda/attention/wgmma_bf16.cuh"
+#include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/pdl.cuh"
+
+namespace di::attention_detail {
+namespace {
+
+constexpr int kHeads = kAttnHeads;              // 64: the M of one wgmma
+constexpr int kDim = kKvDim;                    // 512
+constexpr int kChunk = kAttnChunk;              // 128 entries per CTA
+constexpr int kTile = 64;                       // entries per wgmma tile
+constexpr int kTiles = kChunk / kTile;          // 2
+constexpr int kThreads = 256;                   // two warpgroups
+constexpr int kLine = 128;                      // a swizzled line: 64 bf16
+constexpr int kPanel = 64 * kLine;              // 64 lines (heads or entries) x 64 values: 8 KiB
+constexpr int kOperand = (kDim / 64) * kPanel;  // Q or one KV tile: 8 panels, 64 KiB
+constexpr int kORow = kDim + 8;  // fp32 O row stride of the epilogue: rows 32 bytes apart in the
+                                 // banks, so a warp's accumulator stores are conflict-free
+
+struct Smem {
+  static constexpr int kQ = 0;
+  static constexpr int kKv = kQ + kOperand;           // kTiles dequantised tiles
+  static constexpr int kX = kKv + kTiles * kOperand;  // S partials: [2 wg][8][128 threads] float4
+  static constexpr int kXBytes = 2 * 8 * 128 * 16;
+  static constexpr int kPtr = kX + kXBytes;         // [kChunk] entry addresses
+  static constexpr int kValid = kPtr + kChunk * 8;  // [4] entry bit masks, 32 entries each
+  static constexpr int kRope = kValid + 16;         // [32] cos, [32] sin of the row's position
+  static constexpr int kEnd = kRope + 64 * 4;
+  static constexpr int kBytes = kEnd + 1024;  // + the alignment of the base to 1024 bytes
+  // Epilogue: O [64][kORow] fp32 over Q and the KV tiles; m, l and the merge weights over X.
+  static_assert(kHeads * kORow * 4 <= kX, "O over Q and KV");
+  static_assert((2 * kHeads + (kMaxChunks + 1) * kHeads) * 4 <= kXBytes, "m, l, weights over X");
+};
+static_assert(Smem::kBytes <= 227 * 1024, "one CTA per SM");
+
+// Byte offset of the 16-byte chunk holding values [8 c, 8 c + 8) (c < 64) of line r (a head of Q,
+// an entry of a tile): panel c / 8, line r, chunk (c % 8) ^ (r % 8) — the 128-byte swizzle of a
+// 1024-byte-aligned panel, as the wgmma descriptors below expect it.
+__device__ __forceinline__ uint32_t opnd_off(int r, int c) {
+  return static_cast<uint32_t>((c >> 3) * kPanel + r * kLine + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// Descriptor of a K-major operand (S: Q and the K tile): lines of 128 bytes, 8-line groups 1024
+// bytes apart; the start advances by 32 bytes per k16 step within a panel.
+__device__ __forceinline__ uint64_t desc_k_major(uint32_t addr) {
+  return ((addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// Descriptor of the MN-major V operand (the K tile read transposed for P V): N = value dims in
+// panels of 64 (leading byte offset kPanel between panels), K = entries, 8-line groups 1024 bytes
+// apart (stride byte offset).
+__device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr) {
+  return ((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(kPanel >> 4) << 16) | (64ull << 32) |
+         (1ull << 62);
+}
+
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// One thread's raw bytes of a tile: 8 units of an FP8 tile (16 codes + the scale byte each) or 4
+// of an FP4 tile (32 values + the two scale bytes).
+struct Raw {
+  uint4 v[8];
+  uint32_t s[8];
+};
+
+// Warp instruction j of warp w covers the 8 entries 8 (id % 8) .. (id = w + 8 j) and 4 of their
+// 16-byte units from 4 (id / 8): lane l takes entry 8 (id % 8) + l % 8, unit 4 (id / 8) + l / 8.
+// A warp reads 64 contiguous bytes of each of its 8 entries (whole sectors), and the 8 lanes of a
+// quarter-warp store to 8 different entries, whose swizzle puts them in 8 different bank groups.
+struct Unit {
+  int entry, unit;
+};
+__device__ __forceinline__ Unit unit_of(int j) {
+  const int id = threadIdx.x / 32 + 8 * j, lane = threadIdx.x % 32;
+  return {8 * (id % 8) + lane % 8, 4 * (id / 8) + lane / 8};
+}
+
+// A tile's raw bytes: 8 units a thread of an FP8 tile (64 entries x 32 units of 16 codes), 4 of
+// an FP4 tile (64 entries x 16 units of 32 values).
+__device__ __forceinline__ void load_tile(bool fp4, const uint8_t* const* ptr, int tile, Raw& raw) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const Unit u = unit_of(j);
+    const uint8_t* e = ptr[tile * kTile + u.entry];
+    if (!fp4) {
+      load_fp8_unit(e, u.unit, raw.v[j], raw.s[j]);
+    } else if (j < 4) {
+      load_fp4_unit(e, u.unit, raw.v[j], raw.s[j]);
+    }
+  }
+}
+
+__device__ __forceinline__ void store_fp8(uint8_t* kv, const Raw& raw) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const Unit u = unit_of(j);
+    uint32_t o[8];
+    dequant_fp8x16(raw.v[j], raw.s[j], o);
+    *reinterpret_cast<uint4*>(kv + opnd_off(u.entry, 2 * u.unit)) =
+        make_uint4(o[0], o[1], o[2], o[3]);
+    *reinterpret_cast<uint4*>(kv + opnd_off(u.entry, 2 * u.unit + 1)) =
+        make_uint4(o[4], o[5], o[6], o[7]);
+  }
+}
+
+__device__ __forceinline__ void store_fp4(uint8_t* kv, const Raw& raw) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const Unit u = unit_of(j);
+    const uint32_t w[4] = {raw.v[j].x, raw.v[j].y, raw.v[j].z, raw.v[j].w};
+#pragma unroll
+    for (int side = 0; side < 2; ++side) {  // 16 values (8 bytes) per e4m3 scale
+      uint32_t o[8];
+      dequant_fp4x16(w[2 * side], w[2 * side + 1], (raw.s[j] >> (8 * side)) & 0xFFu, o);
+      const int c = 4 * u.unit + 2 * side;
+      *reinterpret_cast<uint4*>(kv + opnd_off(u.entry, c)) = make_uint4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<uint4*>(kv + opnd_off(u.entry, c + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
+    }
+  }
+}
+
+__device__ __forceinline__ void store_tile(bool fp4, uint8_t* kv, const Raw& raw) {
+  if (fp4) {
+    store_fp4(kv, raw);
+  } else {
+    store_fp8(kv, raw);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void fence_acc(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    fp8_sm90::fence_regs(r[i]);
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_attn_wgmma_kernel(const SparseAttnParams p, int chunks) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  cuda_detail::pdl_wait();
+  cuda_detail::pdl_launch_dependents();
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                             ~static_cast<uintptr_t>(1023));
+  uint8_t* s_q = smem + Smem::kQ;
+  uint8_t* s_kv = smem + Smem::kKv;
+  float4* s_x = reinterpret_cast<float4*>(smem + Smem::kX);
+  const uint8_t** s_ptr = reinterpret_cast<const uint8_t**>(smem + Smem::kPtr);
+  uint32_t* s_valid = reinterpret_cast<uint32_t*>(smem + Smem::kValid);
+  float* s_rope = reinterpret_cast<float*>(smem + Smem::kRope);
+
+  const int row = blockIdx.x;
+  const int chunk = blockIdx.y;
+  const int tid = threadIdx.x;
+  const int wg = tid / 128, t = tid % 128, warp = t / 32, lane = t % 32;
+
+  // Q: 4096 chunks of 16 bytes, chunk u = tid + 256 j of head u / 64, values [8 (u % 64), +8):
+  // all of a thread's chunks share column tid % 64. The CTA's first global reads.
+  const uint16_t* q_row =
+      static_cast<const uint16_t*>(p.q) + static_cast<int64_t>(row) * kHeads * kDim;
+  constexpr int kQPer = kHeads * kDim / 8 / kThreads;  // 16
+  {
+    const uint32_t q_base = cuda_detail::smem_u32(s_q);
+#pragma unroll
+    for (int j = 0; j < kQPer; ++j) {
+      const int u = tid + kThreads * j;
+      cuda_detail::cp_async16(q_base + opnd_off(u / 64, u % 64), q_row + 8 * u, true);
+    }
+    cuda_detail::cp_async_commit();
+  }
+  const int64_t seq = p.seq[row];
+  const int64_t pos = p.pos[row];
+  // The table's double-precision sincos on warp 4, beside warps 0..3's entry addresses.
+  row_rope_table(s_rope, pos, p.rope_freqs, kChunk);
+  if (tid < kChunk) {
+    const uint8_t* e = chunk_entry(p, row, chunk, tid, seq, pos);
+    s_ptr[tid] = e;
+    const uint32_t valid = __ballot_sync(0xFFFFFFFFu, e != nullptr);  // warp w: entries 32 w ..
+    if (tid % 32 == 0) s_valid[tid / 32] = valid;
+  }
+  __syncthreads();
+
+  // Tile i (entries 64 i ..) lives in buffer i; a fully masked tile changes nothing and is
+  // skipped.
+  uint64_t vmask[kTiles];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+    vmask[i] = s_valid[2 * i] | (static_cast<uint64_t>(s_valid[2 * i + 1]) << 32);
+  const bool fp4 = chunk > 0 && p.block_rows == 0;  // a draft block's chunk 1 is FP8 too
+  Raw raw;
+  if (vmask[0] != 0) {
+    load_tile(fp4, s_ptr, 0, raw);
+    store_tile(fp4, s_kv, raw);
+  }
+  if (vmask[1] != 0) {
+    load_tile(fp4, s_ptr, 1, raw);  // stored during tile 0's products when there are some
+    if (vmask[0] == 0) store_tile(fp4, s_kv + kOperand, raw);
+  }
+
+  cuda_detail::cp_async_wait<0>();  // this thread's q chunks landed (visible to it)
+  // q_rope: the threads of the tail columns (chunks 56..63: panel 7) rotate their own chunks in
+  // place, apply_rope's arithmetic and rounding.
+  if (p.q_rope && tid % 64 >= (kDim - 64) / 8) {
+    const int c = tid % 64;
+    const int i0 = 4 * (c - (kDim - 64) / 8);
+#pragma unroll 4
+    for (int j = 0; j < kQPer; ++j) {
+      rope_bf16x8_in_place(reinterpret_cast<uint4*>(s_q + opnd_off((tid + kThreads * j) / 64, c)),
+                           i0, s_rope);
+    }
+  }
+  fence_proxy_async();  // this thread's shared-memory writes -> the wgmma (async) proxy
+  __syncthreads();
+
+  const float qk_scale = p.scale * kLog2e;
+  const uint32_t q_addr = cuda_detail::smem_u32(s_q);
+  // O[heads 16 warp + lane / 4 (+ 8)][dims 256 wg + 8 j + 2 (lane % 4) (+ 1)]: written first by
+  // the first tile's P V (scale-d 0), so that its 128 registers are not held through the
+  // prologue; zero when the chunk has no entry.
+  float o[128];
+  bool first = true;
+  float m_run[2] = {-INFINITY, -INFINITY};  // rows lane / 4 and lane / 4 + 8 of the warp's 16
+  float l_run[2] = {0.0f, 0.0f};
+
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile) {
+    if (vmask[tile] == 0) continue;
+    const uint32_t kv_addr = cuda_detail::smem_u32(s_kv + tile * kOperand);
+    // S partial over dims [256 wg, +256): panels 4 wg .. 4 wg + 3, four k16 steps each.
+    float s[32];
+    fp8_sm90::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      const uint32_t off = static_cast<uint32_t>((4 * wg + k / 4) * kPanel + 32 * (k % 4));
+      WgmmaBf16SS<64>::mma(s, desc_k_major(q_addr + off), desc_k_major(kv_addr + off),
+                           k == 0 ? 0 : 1);
+    }
+    fp8_sm90::wgmma_commit();
+    if (tile == 0 && vmask[1] != 0) {
+      store_tile(fp4, s_kv + kOperand, raw);
+      fence_proxy_async();
+    }
+    fp8_sm90::wgmma_wait<0>();
+    fence_acc(s);
+
+    // S = S_0 + S_1: both warpgroups' threads t hold the same (head, entry) positions.
+#pragma unroll
+    for (int q = 0; q < 8; ++q)
+      s_x[(wg * 8 + q) * 128 + t] = make_float4(s[4 * q], s[4 * q + 1], s[4 * q + 2], s[4 * q + 3]);
+    __syncthreads();  // also publishes tile 1's dequantised entries (fenced above)
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const float4 y = s_x[((1 - wg) * 8 + q) * 128 + t];
+      s[4 * q] += y.x;
+      s[4 * q + 1] += y.y;
+      s[4 * q + 2] += y.z;
+      s[4 * q + 3] += y.w;
+    }
+
+    // Online softmax over the tile's 64 entries; acc i = 4 j + e is entry 8 j + 2 (lane % 4) +
+    // e % 2 of row e / 2. The quad of a row's threads reduces by shuffles.
+    const uint64_t valid = vmask[tile];
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int ent = 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+      s[i] = ((valid >> ent) & 1u) ? s[i] * qk_scale : -INFINITY;
+      mx[(i % 4) / 2] = fmaxf(mx[(i % 4) / 2], s[i]);
+    }
+    float m_new[2], alpha[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 2));
+      m_new[r] = fmaxf(m_run[r], mx[r]);
+      alpha[r] = m_new[r] == -INFINITY ? 1.0f : exp2f(m_run[r] - m_new[r]);
+    }
+    uint32_t pa[4][4];  // P as the A fragments of the four k16 steps (entries 16 kk ..)
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+      const int r = (i % 4) / 2;
+      const float p0 = s[i] == -INFINITY ? 0.0f : exp2f(s[i] - m_new[r]);
+      const float p1 = s[i + 1] == -INFINITY ? 0.0f : exp2f(s[i + 1] - m_new[r]);
+      rs[r] += p0;
+      rs[r] += p1;
+      pa[i / 8][(i % 8) / 2] = bf16x2(p0, p1);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      rs[r] += __shfl_xor_sync(0xFFFFFFFFu, rs[r], 1);
+      rs[r] += __shfl_xor_sync(0xFFFFFFFFu, rs[r], 2);
+      l_run[r] = l_run[r] * alpha[r] + rs[r];
+      m_run[r] = m_new[r];
+    }
+    if (!first && (alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // the running max moved
+#pragma unroll
+      for (int i = 0; i < 128; ++i)
+        o[i] *= alpha[(i % 4) / 2];
+    }
+
+    // O[:, 256 wg, +256) += P V: V = the tile's panels 4 wg .. 4 wg + 3 read MN-major, entries
+    // 16 kk .. 16 kk + 15 per step.
+    fp8_sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t off = static_cast<uint32_t>(4 * wg * kPanel + 16 * kk * kLine);
+      WgmmaBf16RS<256>::mma(o, pa[kk], desc_mn_major(kv_addr + off), first && kk == 0 ? 0 : 1);
+    }
+    fp8_sm90::wgmma_commit();
+    fp8_sm90::wgmma_wait<0>();
+    fence_acc(o);
+    first = false;
+    if (tile == 0 && vmask[1] != 0) __syncthreads();  // both warpgroups read X before its reuse
+  }
+  if (first) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i)
+      o[i] = 0.0f;
+  }
+  __syncthreads();  // every wgmma of both warpgroups is done with Q and the tiles
+
+  // The chunk's unnormalised O [64][kORow] over Q / KV, m and l [64][2] and the merge weights
+  // over X; then the row's chunks merge in the cluster.
+  float* s_o = reinterpret_cast<float*>(smem);
+  float* s_ml = reinterpret_cast<float*>(smem + Smem::kX);
+  float* s_wt = s_ml + 2 * kHeads;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int col = 256 * wg + 8 * j + 2 * (lane % 4);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = 16 * warp + lane / 4 + 8 * r;
+      *reinterpret_cast<float2*>(s_o + h * kORow + col) =
+          make_float2(o[4 * j + 2 * r], o[4 * j + 2 * r + 1]);
+    }
+  }
+  if (wg == 0 && lane % 4 == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = 16 * warp + lane / 4 + 8 * r;
+      s_ml[2 * h] = m_run[r];
+      s_ml[2 * h + 1] = l_run[r];
+    }
+  }
+  merge_chunks<uint16_t, kHeads, kORow>(p, row, 0, chunk, chunks, s_o, s_ml, s_wt, s_rope);
+#endif
+}
+
+}  // namespace
+
+void launch_sparse_attention_wgmma(const SparseAttnParams& p, int chunks, cudaStream_t stream) {
+  launch_row_clusters(sparse_attn_wgmma_kernel, p, chunks, 1, kThreads, Smem::kBytes, stream);
+}
+
+}  // namespace di::attention_detail
