@@ -544,6 +544,56 @@ TEST(SparseAttentionGpu, HeadSplitsGiveTheSameBits) {
   }
 }
 
+// The wgmma kernel's tile products alone (attention_detail::wgmma_tile_probe: its operand layout,
+// descriptors and fragment maps): S = Q K^T over 512 dims split between the warpgroups and
+// summed, and O = bf16(S) V with V the K tile read MN-major, against float64 on the same bf16
+// inputs (O from the GPU's own S, so that each product is checked alone). A layout error moves
+// values to other rows or columns: O(1) errors, far above the fp32 accumulation's ~1e-7.
+TEST(SparseAttentionGpu, WgmmaTileProductsMatchCpu) {
+  DI_REQUIRE_GPU();
+  const std::vector<uint16_t> q = dense_test::to_bf16(random_normal(kH * kD, 91));
+  const std::vector<uint16_t> kv = dense_test::to_bf16(random_normal(64 * kD, 92));
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  DeviceBuffer d_q = upload(q, st), d_kv = upload(kv, st);
+  DeviceBuffer d_s = poisoned<float>(static_cast<size_t>(kH) * 64, st);
+  DeviceBuffer d_o = poisoned<float>(static_cast<size_t>(kH) * kD, st);
+  attention_detail::wgmma_tile_probe(d_q.as<uint16_t>(), d_kv.as<uint16_t>(), d_s.as<float>(),
+                                     d_o.as<float>(), st);
+  const std::vector<float> s = download<float>(d_s, static_cast<size_t>(kH) * 64, st);
+  const std::vector<float> o = download<float>(d_o, static_cast<size_t>(kH) * kD, st);
+  double worst_s = 0.0, worst_o = 0.0;
+  for (int h = 0; h < kH; ++h) {
+    double num = 0.0, den = 0.0;
+    for (int e = 0; e < 64; ++e) {
+      double ref = 0.0;
+      for (int d = 0; d < kD; ++d)
+        ref += static_cast<double>(bf16_to_float(q[h * kD + d])) * bf16_to_float(kv[e * kD + d]);
+      const double g = s[static_cast<size_t>(h * 64 + e)];
+      ASSERT_TRUE(std::isfinite(g)) << "S row " << h << " entry " << e;
+      num += (g - ref) * (g - ref);
+      den += ref * ref;
+    }
+    worst_s = std::max(worst_s, std::sqrt(num / den));
+    num = den = 0.0;
+    for (int d = 0; d < kD; ++d) {
+      double ref = 0.0;
+      for (int e = 0; e < 64; ++e) {
+        const float p = bf16_to_float(bf16_from_float(s[static_cast<size_t>(h * 64 + e)]));
+        ref += static_cast<double>(p) * bf16_to_float(kv[e * kD + d]);
+      }
+      const double g = o[static_cast<size_t>(h * kD + d)];
+      ASSERT_TRUE(std::isfinite(g)) << "O row " << h << " dim " << d;
+      num += (g - ref) * (g - ref);
+      den += ref * ref;
+    }
+    worst_o = std::max(worst_o, std::sqrt(num / den));
+  }
+  EXPECT_LE(worst_s, 1e-5) << "S = Q K^T";
+  EXPECT_LE(worst_o, 1e-5) << "O = P V";
+  std::printf("wgmma tile probe: worst normwise relative error S %.3g, O %.3g\n", worst_s, worst_o);
+}
+
 // bf16 precision runs the wgmma kernel (tensor_kernel kAuto); the mma.sync kernel stays
 // selectable. Both must be the attention on every case shape: decode rows (partial windows, rows
 // without compressed entries, 32K compressed entries), a 200-row prefill chunk, a window-only

@@ -29,6 +29,12 @@ void launch_sparse_attention_generic(const SparseAttnParams& params, cudaStream_
 // sparse_attention(); `chunks` CTAs per row.
 void launch_sparse_attention_wgmma(const SparseAttnParams& params, int chunks, cudaStream_t stream);
 
+// Test probe of the wgmma kernel's tile products (sparse_attention_wgmma.cu), one CTA on device
+// arrays of bf16 bits: s_out [64][64] = q [64][512] kv^T ([64][512]) and o_out [64][512] =
+// bf16(s_out) kv, fp32, through the kernel's own operand layout, descriptors and fragment maps.
+void wgmma_tile_probe(const uint16_t* q, const uint16_t* kv, float* s_out, float* o_out,
+                      cudaStream_t stream);
+
 }  // namespace attention_detail
 
 }  // namespace di

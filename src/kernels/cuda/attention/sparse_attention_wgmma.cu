@@ -174,6 +174,54 @@ __device__ __forceinline__ void fence_acc(float (&r)[N]) {
     fp8_sm90::fence_regs(r[i]);
 }
 
+// Issues (and commits) warpgroup wg's S partial of a tile: Q K^T over dims [256 wg, +256),
+// panels 4 wg .. 4 wg + 3, four k16 steps each. The caller waits.
+__device__ __forceinline__ void issue_s_partial(float (&s)[32], uint32_t q_addr, uint32_t kv_addr,
+                                                int wg) {
+  fp8_sm90::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const uint32_t off = static_cast<uint32_t>((4 * wg + k / 4) * kPanel + 32 * (k % 4));
+    WgmmaBf16SS<64>::mma(s, desc_k_major(q_addr + off), desc_k_major(kv_addr + off),
+                         k == 0 ? 0 : 1);
+  }
+  fp8_sm90::wgmma_commit();
+}
+
+// S = S_0 + S_1 through the exchange buffer (both warpgroups' threads t hold the same (head,
+// entry) positions; fp32 addition commutes, so both get the same bits). Every thread of the CTA
+// calls it; its barrier also publishes what the threads wrote (and fenced) before it.
+__device__ __forceinline__ void exchange_sum(float (&s)[32], float4* s_x, int wg, int t) {
+#pragma unroll
+  for (int q = 0; q < 8; ++q)
+    s_x[(wg * 8 + q) * 128 + t] = make_float4(s[4 * q], s[4 * q + 1], s[4 * q + 2], s[4 * q + 3]);
+  __syncthreads();
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    const float4 y = s_x[((1 - wg) * 8 + q) * 128 + t];
+    s[4 * q] += y.x;
+    s[4 * q + 1] += y.y;
+    s[4 * q + 2] += y.z;
+    s[4 * q + 3] += y.w;
+  }
+}
+
+// Issues (commits, and waits for) O[:, 256 wg, +256) += P V: P as the A fragments of the four
+// k16 steps (entries 16 kk ..), V the tile's panels 4 wg .. 4 wg + 3 read MN-major. `overwrite`:
+// the first product replaces O (scale-d 0).
+__device__ __forceinline__ void pv(float (&o)[128], const uint32_t (&pa)[4][4], uint32_t kv_addr,
+                                   int wg, bool overwrite) {
+  fp8_sm90::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t off = static_cast<uint32_t>(4 * wg * kPanel + 16 * kk * kLine);
+    WgmmaBf16RS<256>::mma(o, pa[kk], desc_mn_major(kv_addr + off), overwrite && kk == 0 ? 0 : 1);
+  }
+  fp8_sm90::wgmma_commit();
+  fp8_sm90::wgmma_wait<0>();
+  fence_acc(o);
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_wgmma_kernel(const SparseAttnParams p, int chunks) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
@@ -266,16 +314,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int tile = 0; tile < kTiles; ++tile) {
     if (vmask[tile] == 0) continue;
     const uint32_t kv_addr = cuda_detail::smem_u32(s_kv + tile * kOperand);
-    // S partial over dims [256 wg, +256): panels 4 wg .. 4 wg + 3, four k16 steps each.
     float s[32];
-    fp8_sm90::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < 16; ++k) {
-      const uint32_t off = static_cast<uint32_t>((4 * wg + k / 4) * kPanel + 32 * (k % 4));
-      WgmmaBf16SS<64>::mma(s, desc_k_major(q_addr + off), desc_k_major(kv_addr + off),
-                           k == 0 ? 0 : 1);
-    }
-    fp8_sm90::wgmma_commit();
+    issue_s_partial(s, q_addr, kv_addr, wg);
     if (tile == 0 && vmask[1] != 0) {
       store_tile(fp4, s_kv + kOperand, raw);
       fence_proxy_async();
@@ -283,19 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fp8_sm90::wgmma_wait<0>();
     fence_acc(s);
 
-    // S = S_0 + S_1: both warpgroups' threads t hold the same (head, entry) positions.
-#pragma unroll
-    for (int q = 0; q < 8; ++q)
-      s_x[(wg * 8 + q) * 128 + t] = make_float4(s[4 * q], s[4 * q + 1], s[4 * q + 2], s[4 * q + 3]);
-    __syncthreads();  // also publishes tile 1's dequantised entries (fenced above)
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      const float4 y = s_x[((1 - wg) * 8 + q) * 128 + t];
-      s[4 * q] += y.x;
-      s[4 * q + 1] += y.y;
-      s[4 * q + 2] += y.z;
-      s[4 * q + 3] += y.w;
-    }
+    exchange_sum(s, s_x, wg, t);  // also publishes tile 1's dequantised entries (fenced)
 
     // Online softmax over the tile's 64 entries; acc i = 4 j + e is entry 8 j + 2 (lane % 4) +
     // e % 2 of row e / 2. The quad of a row's threads reduces by shuffles.
@@ -338,17 +366,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         o[i] *= alpha[(i % 4) / 2];
     }
 
-    // O[:, 256 wg, +256) += P V: V = the tile's panels 4 wg .. 4 wg + 3 read MN-major, entries
-    // 16 kk .. 16 kk + 15 per step.
-    fp8_sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t off = static_cast<uint32_t>(4 * wg * kPanel + 16 * kk * kLine);
-      WgmmaBf16RS<256>::mma(o, pa[kk], desc_mn_major(kv_addr + off), first && kk == 0 ? 0 : 1);
-    }
-    fp8_sm90::wgmma_commit();
-    fp8_sm90::wgmma_wait<0>();
-    fence_acc(o);
+    pv(o, pa, kv_addr, wg, first);
     first = false;
     if (tile == 0 && vmask[1] != 0) __syncthreads();  // both warpgroups read X before its reuse
   }
@@ -386,10 +404,66 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// The tile products alone, for attention_detail::wgmma_tile_probe (a test of this file's
+// operand layout, descriptors and fragment maps, without the entry formats and the softmax):
+// Q [64][512] and a KV tile [64][512] bf16 from global memory into the operand layout, then
+// s_out [64][64] = Q KV^T (issue_s_partial + exchange_sum) and o_out [64][512] = bf16(S) KV (pv),
+// both fp32. One CTA.
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_tile_probe_kernel(const uint16_t* q, const uint16_t* kv, float* s_out, float* o_out) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                             ~static_cast<uintptr_t>(1023));
+  const int tid = threadIdx.x;
+  const int wg = tid / 128, t = tid % 128, warp = t / 32, lane = t % 32;
+  for (int u = tid; u < kHeads * kDim / 8; u += kThreads) {
+    *reinterpret_cast<uint4*>(smem + Smem::kQ + opnd_off(u / 64, u % 64)) =
+        reinterpret_cast<const uint4*>(q)[u];
+    *reinterpret_cast<uint4*>(smem + Smem::kKv + opnd_off(u / 64, u % 64)) =
+        reinterpret_cast<const uint4*>(kv)[u];
+  }
+  fence_proxy_async();
+  __syncthreads();
+  const uint32_t q_addr = cuda_detail::smem_u32(smem + Smem::kQ);
+  const uint32_t kv_addr = cuda_detail::smem_u32(smem + Smem::kKv);
+  float s[32];
+  issue_s_partial(s, q_addr, kv_addr, wg);
+  fp8_sm90::wgmma_wait<0>();
+  fence_acc(s);
+  exchange_sum(s, reinterpret_cast<float4*>(smem + Smem::kX), wg, t);
+  uint32_t pa[4][4];
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) {
+    const int h = 16 * warp + lane / 4 + 8 * ((i % 4) / 2);
+    const int ent = 8 * (i / 4) + 2 * (lane % 4);
+    if (wg == 0) *reinterpret_cast<float2*>(s_out + h * kTile + ent) = make_float2(s[i], s[i + 1]);
+    pa[i / 8][(i % 8) / 2] = bf16x2(s[i], s[i + 1]);
+  }
+  float o[128];
+  pv(o, pa, kv_addr, wg, true);
+#pragma unroll
+  for (int i = 0; i < 128; i += 2) {
+    const int h = 16 * warp + lane / 4 + 8 * ((i % 4) / 2);
+    const int col = 256 * wg + 8 * (i / 4) + 2 * (lane % 4);
+    *reinterpret_cast<float2*>(o_out + h * kDim + col) = make_float2(o[i], o[i + 1]);
+  }
+#endif
+}
+
 }  // namespace
 
 void launch_sparse_attention_wgmma(const SparseAttnParams& p, int chunks, cudaStream_t stream) {
   launch_row_clusters(sparse_attn_wgmma_kernel, p, chunks, 1, kThreads, Smem::kBytes, stream);
+}
+
+void wgmma_tile_probe(const uint16_t* q, const uint16_t* kv, float* s_out, float* o_out,
+                      cudaStream_t stream) {
+  constexpr int kBytes = Smem::kX + Smem::kXBytes + 1024;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(wgmma_tile_probe_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+  wgmma_tile_probe_kernel<<<1, kThreads, kBytes, stream>>>(q, kv, s_out, o_out);
+  DI_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace di::attention_detail
