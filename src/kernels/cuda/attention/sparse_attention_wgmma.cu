@@ -35,6 +35,7 @@
 #include "kernels/cuda/attention/sparse_attention.cuh"
 #include "kernels/cuda/attention/sparse_attention_common.cuh"
 #include "kernels/cuda/attention/wgmma_bf16.cuh"
+#include "kernels/cuda/attention/wgmma_operand_layout.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -43,15 +44,17 @@
 namespace di::attention_detail {
 namespace {
 
-constexpr int kHeads = kAttnHeads;              // 64: the M of one wgmma
-constexpr int kDim = kKvDim;                    // 512
-constexpr int kChunk = kAttnChunk;              // 128 entries per CTA
-constexpr int kTile = 64;                       // entries per wgmma tile
-constexpr int kTiles = kChunk / kTile;          // 2
-constexpr int kThreads = 256;                   // two warpgroups
-constexpr int kLine = 128;                      // a swizzled line: 64 bf16
-constexpr int kPanel = 64 * kLine;              // 64 lines (heads or entries) x 64 values: 8 KiB
-constexpr int kOperand = (kDim / 64) * kPanel;  // Q or one KV tile: 8 panels, 64 KiB
+constexpr int kHeads = kAttnHeads;      // 64: the M of one wgmma
+constexpr int kDim = kKvDim;            // 512
+constexpr int kChunk = kAttnChunk;      // 128 entries per CTA
+constexpr int kTile = 64;               // entries per wgmma tile
+constexpr int kTiles = kChunk / kTile;  // 2
+constexpr int kThreads = 256;           // two warpgroups
+using wgmma_layout::kLine;              // a swizzled line: 64 bf16
+using wgmma_layout::kOperand;           // Q or one KV tile: 8 panels, 64 KiB
+using wgmma_layout::kPanel;             // 64 lines (heads or entries) x 64 values: 8 KiB
+using wgmma_layout::opnd_off;           // the operand layout (wgmma_operand_layout.h)
+static_assert(kOperand == kHeads * kDim * 2, "an operand is 64 lines of 512 bf16");
 constexpr int kORow = kDim + 8;  // fp32 O row stride of the epilogue: rows 32 bytes apart in the
                                  // banks, so a warp's accumulator stores are conflict-free
 
@@ -71,25 +74,23 @@ struct Smem {
 };
 static_assert(Smem::kBytes <= 227 * 1024, "one CTA per SM");
 
-// Byte offset of the 16-byte chunk holding values [8 c, 8 c + 8) (c < 64) of line r (a head of Q,
-// an entry of a tile): panel c / 8, line r, chunk (c % 8) ^ (r % 8) — the 128-byte swizzle of a
-// 1024-byte-aligned panel, as the wgmma descriptors below expect it.
-__device__ __forceinline__ uint32_t opnd_off(int r, int c) {
-  return static_cast<uint32_t>((c >> 3) * kPanel + r * kLine + (((c & 7) ^ (r & 7)) << 4));
+// A shared-memory matrix descriptor with the 128-byte swizzle (layout type 1 in bits 62-63):
+// start address, leading and stride byte offsets, each >> 4.
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return ((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32) | (1ull << 62);
 }
 
-// Descriptor of a K-major operand (S: Q and the K tile): lines of 128 bytes, 8-line groups 1024
-// bytes apart; the start advances by 32 bytes per k16 step within a panel.
+// A K-major operand (S: Q and the K tile); the start advances by 32 bytes per k16 step within a
+// panel.
 __device__ __forceinline__ uint64_t desc_k_major(uint32_t addr) {
-  return ((addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+  return desc_sw128(addr, wgmma_layout::kKMajorLbo, wgmma_layout::kKMajorSbo);
 }
 
-// Descriptor of the MN-major V operand (the K tile read transposed for P V): N = value dims in
-// panels of 64 (leading byte offset kPanel between panels), K = entries, 8-line groups 1024 bytes
-// apart (stride byte offset).
+// The MN-major V operand (the K tile read transposed for P V): N = value dims in panels of 64,
+// K = entries.
 __device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr) {
-  return ((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(kPanel >> 4) << 16) | (64ull << 32) |
-         (1ull << 62);
+  return desc_sw128(addr, wgmma_layout::kMnMajorLbo, wgmma_layout::kMnMajorSbo);
 }
 
 __device__ __forceinline__ void fence_proxy_async() {
@@ -103,16 +104,13 @@ struct Raw {
   uint32_t s[8];
 };
 
-// Warp instruction j of warp w covers the 8 entries 8 (id % 8) .. (id = w + 8 j) and 4 of their
-// 16-byte units from 4 (id / 8): lane l takes entry 8 (id % 8) + l % 8, unit 4 (id / 8) + l / 8.
-// A warp reads 64 contiguous bytes of each of its 8 entries (whole sectors), and the 8 lanes of a
-// quarter-warp store to 8 different entries, whose swizzle puts them in 8 different bank groups.
+// The thread's unit of tile-load instruction j (wgmma_layout::unit_entry / unit_index).
 struct Unit {
   int entry, unit;
 };
 __device__ __forceinline__ Unit unit_of(int j) {
-  const int id = threadIdx.x / 32 + 8 * j, lane = threadIdx.x % 32;
-  return {8 * (id % 8) + lane % 8, 4 * (id / 8) + lane / 8};
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  return {wgmma_layout::unit_entry(warp, lane, j), wgmma_layout::unit_index(warp, lane, j)};
 }
 
 // A tile's raw bytes: 8 units a thread of an FP8 tile (64 entries x 32 units of 16 codes), 4 of
@@ -351,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float p1 = s[i + 1] == -INFINITY ? 0.0f : exp2f(s[i + 1] - m_new[r]);
       rs[r] += p0;
       rs[r] += p1;
-      pa[i / 8][(i % 8) / 2] = bf16x2(p0, p1);
+      pa[wgmma_layout::pa_step(i)][wgmma_layout::pa_reg(i)] = bf16x2(p0, p1);
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -438,7 +436,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int h = 16 * warp + lane / 4 + 8 * ((i % 4) / 2);
     const int ent = 8 * (i / 4) + 2 * (lane % 4);
     if (wg == 0) *reinterpret_cast<float2*>(s_out + h * kTile + ent) = make_float2(s[i], s[i + 1]);
-    pa[i / 8][(i % 8) / 2] = bf16x2(s[i], s[i + 1]);
+    pa[wgmma_layout::pa_step(i)][wgmma_layout::pa_reg(i)] = bf16x2(s[i], s[i + 1]);
   }
   float o[128];
   pv(o, pa, kv_addr, wg, true);
