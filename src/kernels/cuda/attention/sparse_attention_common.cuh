@@ -124,39 +124,37 @@ __device__ __forceinline__ void load_fp4_unit(const uint8_t* e, int unit, uint4&
 // chunk 0 = the ring before the block and chunk 1 = the block's own entries.
 __device__ __forceinline__ const uint8_t* chunk_entry(const SparseAttnParams& p, int row, int chunk,
                                                       int i, int64_t seq, int64_t pos) {
+  // The entry is position ring_t of the row's SWA ring, entry comp_idx of its compressed cache
+  // or row kv_row of chunk_kv (-1: not that one). One paged lookup at the end: its 64-bit
+  // divisions are the bulk of the code, which both kernels run cold, once per CTA.
+  int64_t ring_t = -1, comp_idx = -1, kv_row = -1;
   if (p.block_rows > 0) {
-    const int64_t cs = p.chunk_start[row];
     if (chunk == 0) {
-      const int64_t t = cs - p.window + i;
-      if (i < p.window && t >= 0) {
-        return paged_entry(p.swa, seq,
-                           static_cast<int64_t>(p.ring_block) * p.window + t % p.window);
-      }
+      const int64_t t = p.chunk_start[row] - p.window + i;
+      if (i < p.window && t >= 0) ring_t = t;
     } else if (i < p.block_rows) {
-      return p.chunk_kv + (p.chunk_row0[row] + i) * kSwaEntryBytes;
+      kv_row = p.chunk_row0[row] + i;
     }
-    return nullptr;
-  }
-  if (chunk == 0) {
+  } else if (chunk == 0) {
     if (i < p.window) {
       const int64_t t = pos - p.window + 1 + i;
       const int64_t cs = p.chunk_start[row];
-      if (t >= 0 && t < cs) {
-        return paged_entry(p.swa, seq,
-                           static_cast<int64_t>(p.ring_block) * p.window + t % p.window);
-      }
-      if (t >= cs && p.chunk_kv != nullptr) {
-        return p.chunk_kv + (p.chunk_row0[row] + (t - cs)) * kSwaEntryBytes;
-      }
+      if (t >= 0 && t < cs) ring_t = t;
+      if (t >= cs && p.chunk_kv != nullptr) kv_row = p.chunk_row0[row] + (t - cs);
     }
-    return nullptr;
+  } else {
+    const int slot = (chunk - 1) * kAttnChunk + i;
+    if (slot < p.topk_width) {
+      const int32_t idx = p.topk[static_cast<int64_t>(row) * p.topk_width + slot];
+      if (idx >= 0 && idx < p.comp_entries) comp_idx = idx;
+    }
   }
-  const int slot = (chunk - 1) * kAttnChunk + i;
-  if (slot < p.topk_width) {
-    const int32_t idx = p.topk[static_cast<int64_t>(row) * p.topk_width + slot];
-    if (idx >= 0 && idx < p.comp_entries) return paged_entry(p.comp, seq, idx);
-  }
-  return nullptr;
+  if (kv_row >= 0) return p.chunk_kv + kv_row * kSwaEntryBytes;
+  if (comp_idx < 0 && ring_t < 0) return nullptr;
+  const bool comp = comp_idx >= 0;
+  return paged_entry(
+      comp ? p.comp : p.swa, seq,
+      comp ? comp_idx : p.ring_block * static_cast<int64_t>(p.window) + ring_t % p.window);
 }
 
 // The row's RoPE table for rope_dim 64, written by the 32 threads [first, first + 32): s_rope
