@@ -102,6 +102,17 @@ TEST(WgmmaLayout, TileLoadMapCoversEveryUnitOnce) {
   expect_cover(4, 16);  // FP4: 16 units of 32 values an entry
 }
 
+// The kernel reads a thread's entry address once per tile (load_tile) and stores its units to
+// that entry's line (store_tile): the entry must not depend on the instruction.
+TEST(WgmmaLayout, TileLoadMapKeepsOneEntryAThread) {
+  for (int w = 0; w < 8; ++w) {
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int j = 1; j < 8; ++j)
+        EXPECT_EQ(unit_entry(w, lane, j), unit_entry(w, lane, 0)) << w << " " << lane << " " << j;
+    }
+  }
+}
+
 // A 16-byte shared store of a warp runs in four phases of 8 lanes; a phase is conflict-free when
 // its 8 chunks fall in 8 different 16-byte bank groups. `chunks_per_unit`: the chunks a lane
 // stores for its unit (2 for FP8: 16 values; 4 for FP4: 32), one store instruction each.
