@@ -5,19 +5,22 @@
 # (written once with the first variant's deepinfer). Logs to $OUT (or ./gpu-out); prints each
 # run's blocks line.
 #
-#   bash scripts/gpu_ab_run.sh [--parity V] [--batch B] [--runs N] [--decode N] [--gpu-only] VARIANT...
+#   bash scripts/gpu_ab_run.sh [--parity V] [--batch B] [--runs N] [--decode N] [--gpu-only]
+#                              [--trace REGEX] VARIANT...
 #
 # --parity V first runs variant V's bundled *_test binaries and, with the fixture bundled
 # (gpu_ab_bundle.sh --fixture), `deepinfer replay-fixture --backend cuda` for fp32 (both index-key
 # behaviours) and bf16 (the GPU drafter), and both again with the CPU drafter (--dspark-cpu); a failure is reported
 # in the exit status, the benchmarks still run.
 # (GTEST_FILTER in the environment applies to every test binary.)
+# --trace REGEX adds --kernel-trace to every run (the CSV beside its log) and prints the rows of
+# its kernel table whose kernel name matches REGEX.
 # On exit the logs are packed into one archive, ${OUT}/logs.tar.xz, each cut to its first 4 MiB
 # (a failing test can print whole vectors): the device tool returns at most 8 files a call.
 set -uo pipefail
 source scripts/gpu_carry_lib.sh
 ab_run_setup
-batch=1 runs=2 decode=32 extra=() variants=() parity=""
+batch=1 runs=2 decode=32 extra=() variants=() parity="" trace=""
 while (($#)); do
   case "$1" in
     --parity) parity=$2; shift 2 ;;
@@ -25,6 +28,7 @@ while (($#)); do
     --runs) runs=$2; shift 2 ;;
     --decode) decode=$2; shift 2 ;;
     --gpu-only) extra+=(--gpu-only); shift ;;
+    --trace) trace=$2; shift 2 ;;
     *) variants+=("$1"); shift ;;
   esac
 done
@@ -61,9 +65,11 @@ args=("${model}" --prompt 4096 --batch "${batch}" --decode "${decode}" --bf16
 .carry/ab/"${variants[0]}"/cuda_forward_bench "${args[@]}" > "${out}/warm-up.log" 2>&1
 for ((r = 1; r <= runs; ++r)); do
   for v in "${variants[@]}"; do
-    log="${out}/forward-b${batch}-${v}-${r}.log"
-    .carry/ab/"${v}"/cuda_forward_bench "${args[@]}" > "${log}" 2>&1 || status=1
+    log="${out}/forward-b${batch}-${v}-${r}.log" targs=()
+    [[ -n "${trace}" ]] && targs=(--kernel-trace "${out}/trace-b${batch}-${v}-${r}.csv")
+    .carry/ab/"${v}"/cuda_forward_bench "${args[@]}" "${targs[@]}" > "${log}" 2>&1 || status=1
     echo "${v} run ${r}: $(grep -E '^blocks' "${log}")"
+    [[ -n "${trace}" ]] && grep -E "${trace}" "${log}" | grep -vE '^blocks'
   done
 done
 exit "${status}"
