@@ -40,6 +40,8 @@
 // --gpu-only: each decode step starts behind a 30 ms GPU spin, so the host has enqueued the whole
 // step before the GPU runs it: the block and op times are then GPU execution alone (launch gaps
 // included, host-bound waits excluded); the wall ms/step includes the spin.
+// --attention-kernel mma-sync|wgmma: the sparse-attention kernel (CudaForwardOptions::
+// attention_kernel; default auto).
 // --kernel-trace CSV: every kernel of the timed decode steps through CUPTI (GPU start and end as
 // they ran, PDL overlap kept): a table per kernel name (GPU µs and launches per step) and the
 // step's idle GPU time; every kernel's interval is written to CSV.
@@ -105,8 +107,9 @@ struct RunOptions {
   int64_t prompt = 4096, decode = 16, batch = 1;
   bool exact = false, bf16 = false, ops = false, gpu_only = false, host_logits = false;
   std::string trace_csv;  // --kernel-trace (empty: none)
-  int64_t dspark = 0;     // --dspark N: N GPU drafting steps of every sequence after the decode
-                          // steps (one batched dspark_steps call each)
+  di::AttnTensorKernel attention_kernel = di::AttnTensorKernel::kAuto;  // --attention-kernel
+  int64_t dspark = 0;  // --dspark N: N GPU drafting steps of every sequence after the decode
+                       // steps (one batched dspark_steps call each)
 };
 
 // What the extrapolation needs of one measured checkpoint.
@@ -326,6 +329,7 @@ Measured run_model(const std::string& dir, const RunOptions& o) {
   co.tensor_core_linears = !exact;
   co.time_blocks = true;
   co.time_ops = ops;
+  co.attention_kernel = o.attention_kernel;
   // The GPU drafter only when drafting is timed.
   co.drafter = o.dspark > 0 ? di::DsparkDrafter::kGpu : di::DsparkDrafter::kNone;
   DI_CHECK(o.dspark == 0 || cfg.num_nextn_predict_layers > 0,
@@ -541,7 +545,7 @@ int main(int argc, char** argv) {
                  "[--extrapolate CONFIG [--gpus G] [--expert-gbs R] [--full-experts DIR]] [--ops] "
                  "[--gpu-only] "
                  "[--host-logits] "
-                 "[--kernel-trace CSV] [--dspark N]\n",
+                 "[--kernel-trace CSV] [--dspark N] [--attention-kernel mma-sync|wgmma]\n",
                  argv[0]);
     return 2;
   }
@@ -552,6 +556,7 @@ int main(int argc, char** argv) {
   std::string extrapolate_to, trace_csv, full_experts_dir;
   bool kernel_trace = false;
   int64_t dspark = 0;
+  di::AttnTensorKernel attention_kernel = di::AttnTensorKernel::kAuto;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--exact") == 0) {
       exact = true;
@@ -570,6 +575,14 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--kernel-trace") == 0 && i + 1 < argc) {
       kernel_trace = true;
       trace_csv = argv[++i];
+    } else if (std::strcmp(argv[i], "--attention-kernel") == 0 && i + 1 < argc) {
+      const std::string k = argv[++i];
+      if (k != "mma-sync" && k != "wgmma") {
+        std::fprintf(stderr, "error: --attention-kernel mma-sync or wgmma, got %s\n", k.c_str());
+        return 2;
+      }
+      attention_kernel =
+          k == "wgmma" ? di::AttnTensorKernel::kWgmma : di::AttnTensorKernel::kMmaSync;
     } else if (std::strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) {
       prompt = std::atoll(argv[++i]);
     } else if (std::strcmp(argv[i], "--decode") == 0 && i + 1 < argc) {
@@ -616,6 +629,7 @@ int main(int argc, char** argv) {
     ro.gpu_only = gpu_only;
     ro.host_logits = host_logits;
     ro.dspark = dspark;
+    ro.attention_kernel = attention_kernel;
     if (kernel_trace) ro.trace_csv = trace_csv;
     const Measured m = run_model(dir, ro);
     std::optional<Measured> full;

@@ -34,6 +34,10 @@ struct EngineConfig {
   // The Engram tables: "auto" (resident in memory when they take at most half of what is
   // available at load, else read through the checkpoint's mapping), "mapped", "resident".
   std::string engram_tables = "auto";
+  // The CUDA backend's sparse-attention kernel, one for the whole run (results stay
+  // batch-invariant): "auto" (wgmma in bf16 on sm_90: the throughput choice), "mma-sync" (lower
+  // batch-1 latency, slower from batch ~64 and in prefill), "wgmma" (bf16, sm_90).
+  std::string attention_kernel = "auto";
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;
   int64_t max_model_len = 0;           // 0 = the model's max_position_embeddings

@@ -120,6 +120,9 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& requ
   fo.engram_tables = config.engram_tables == "mapped"     ? di::EngramTables::kMapped
                      : config.engram_tables == "resident" ? di::EngramTables::kResident
                                                           : di::EngramTables::kAuto;
+  DI_CHECK(config.attention_kernel == "auto" || config.attention_kernel == "mma-sync" ||
+               config.attention_kernel == "wgmma",
+           "--attention-kernel {}: auto, mma-sync or wgmma", config.attention_kernel);
   di::KvCacheConfig cache;
   cache.memory_budget_bytes =
       config.kv_cache_memory_bytes > 0 ? config.kv_cache_memory_bytes : (4ull << 30);
@@ -130,6 +133,9 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& requ
   cuda.kv_cache_bytes = cache.memory_budget_bytes;
   cuda.kv_cache_page_bytes = cache.page_bytes;
   cuda.drafter = di::DsparkDrafter::kNone;  // no speculative decoding yet: no drafter
+  cuda.attention_kernel = config.attention_kernel == "mma-sync" ? di::AttnTensorKernel::kMmaSync
+                          : config.attention_kernel == "wgmma"  ? di::AttnTensorKernel::kWgmma
+                                                                : di::AttnTensorKernel::kAuto;
   model_ = config.backend == "cuda"
                ? di::load_cuda_forward_model(model_dir, fo, cuda, std::move(token_map))
                : di::load_cpu_forward_model(model_dir, fo, std::move(token_map));

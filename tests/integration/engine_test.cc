@@ -102,6 +102,21 @@ TEST(Engine, PrecisionAutoResolvesByBackend) {
   }
 }
 
+// The attention kernel is checked whatever the backend: an unknown one names the option.
+TEST(Engine, UnknownAttentionKernelIsAnError) {
+  DI_REQUIRE_FIXTURE();
+  EngineConfig cfg = fixture_config();
+  EXPECT_EQ(cfg.attention_kernel, "auto");
+  cfg.attention_kernel = "flash";
+  try {
+    LLM bad(kTinyFixtureA, cfg);
+    FAIL() << "attention kernel 'flash' accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("--attention-kernel flash"), std::string::npos)
+        << e.what();
+  }
+}
+
 struct Workload {
   std::vector<Prompt> prompts;
   std::vector<SamplingParams> params;

@@ -27,6 +27,11 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "in on first use) | resident (every page read at load)")
       ->check(CLI::IsMember({"auto", "mapped", "resident"}))
       ->capture_default_str();
+  app.add_option("--attention-kernel", f.config.attention_kernel,
+                 "cuda: auto (wgmma in bf16 on sm_90: throughput) | mma-sync (lower batch-1 "
+                 "latency) | wgmma")
+      ->check(CLI::IsMember({"auto", "mma-sync", "wgmma"}))
+      ->capture_default_str();
   app.add_option("--max-num-seqs", f.config.max_num_seqs, "requests running at once, at most")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -31,6 +31,11 @@ CudaModel::CudaModel(std::shared_ptr<const Checkpoint> ckpt, ModelConfig cfg, Fo
   // fp32 precision's); fp32: exact-order linears unless tensor_core_linears.
   act_ = opts_.precision == Precision::kBf16 ? ActPrecision::kBF16 : ActPrecision::kF32;
   exact_ = act_ == ActPrecision::kF32 && !cuda_.tensor_core_linears;
+  DI_CHECK(cuda_.attention_kernel != AttnTensorKernel::kWgmma || act_ == ActPrecision::kBF16,
+           "--attention-kernel wgmma runs the bf16 precision only (this model loads fp32)");
+  DI_CHECK(cuda_.attention_kernel != AttnTensorKernel::kWgmma || info_.sm_major == 9,
+           "--attention-kernel wgmma needs an sm_90 device (device {} is sm_{}{})", cuda.device,
+           info_.sm_major, info_.sm_minor);
   ls_ = stream_.get();
   if (cuda_.time_blocks) {
     for (int64_t b = 0; b < cfg_.num_layers + 2; ++b)

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engram/token_map.h"
+#include "kernels/params/sparse_attention.h"
 #include "model/forward_api.h"
 
 namespace di {
@@ -61,6 +62,11 @@ struct CudaForwardOptions {
   //                 V4.1-Flash go to the cache instead) and dspark_prefill / dspark_step are an
   //                 error. The engine, which does not draft yet, loads without one.
   DsparkDrafter drafter = DsparkDrafter::kGpu;
+  // The sparse-attention kernel of the 64 x 512 layers (SparseAttnParams::tensor_kernel), the
+  // same for every step of the model, so results stay batch-invariant: kAuto (wgmma in bf16 on
+  // sm_90, mma.sync otherwise: the throughput choice), kMmaSync (~1.6 % lower batch-1 decode
+  // latency, slower from batch ~64 and in prefill: docs/PERF.md), kWgmma (bf16 only).
+  AttnTensorKernel attention_kernel = AttnTensorKernel::kAuto;
 };
 
 // Loads a DeepSeek-V4.1 checkpoint directory onto the GPU (all weights into device memory).

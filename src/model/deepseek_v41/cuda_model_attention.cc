@@ -112,6 +112,7 @@ void CudaModel::attention(int64_t i, const Step& step, Shared& shared) {
   ap.heads = static_cast<int32_t>(H);
   ap.head_dim = static_cast<int32_t>(hd);
   ap.fp32_reference = exact_;
+  ap.tensor_kernel = cuda_.attention_kernel;
   sparse_attention(ap, stream_.get());
   after("sparse_attention");
   trace_act(i, "attn.o", ap.out, {S, H, hd});

@@ -265,6 +265,28 @@ TEST(CudaForward, DraftingWithoutADrafterIsAClearError) {
   EXPECT_THROW(bare->dspark_steps({&q, 1}), Error);
 }
 
+// The wgmma attention kernel is bf16's: asking for it in an fp32 model fails at load, naming the
+// option; mma-sync loads in either precision.
+TEST(CudaForward, WgmmaAttentionInFp32IsAClearError) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = fixture_dir();
+  if (!fs::exists(dir / "config.json")) GTEST_SKIP() << "fixture absent: " << dir;
+  ForwardOptions fo;
+  fo.precision = Precision::kFp32;
+  CudaForwardOptions co;
+  co.drafter = DsparkDrafter::kNone;
+  co.attention_kernel = AttnTensorKernel::kWgmma;
+  try {
+    load_cuda_forward_model(dir, fo, co);
+    ADD_FAILURE() << "wgmma attention loaded in fp32";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--attention-kernel wgmma"), std::string::npos)
+        << e.what();
+  }
+  co.attention_kernel = AttnTensorKernel::kMmaSync;
+  EXPECT_NE(load_cuda_forward_model(dir, fo, co), nullptr);
+}
+
 // The GPU drafter against the CPU reference's drafter at the production attention dims (64 x 512
 // heads, window 128: the tensor-core draft-block attention in bf16, the fp32 one in fp32), fed
 // the same taps and input ids after a 300-token prompt (the stage rings wrapped). Yardstick as
