@@ -43,4 +43,25 @@ void print_kernel_table(const KernelSummary& summary, double steps);
 // block, name. Throws di::Error naming the path when it cannot be written.
 void write_kernel_csv(std::vector<KernelRecord> records, const std::string& path);
 
+// The records of a CSV written by write_kernel_csv (times back in ns, rounded). Throws di::Error
+// naming the path and line when the file cannot be read or a line is not such a record.
+std::vector<KernelRecord> read_kernel_csv(const std::string& path);
+
+// One kernel name in two summaries (A, B) of the same work: launches and "from prev" ns, zero
+// where the name is absent from one side.
+struct KernelDelta {
+  std::string name;
+  int64_t launches_a = 0, launches_b = 0;
+  double from_prev_a_ns = 0, from_prev_b_ns = 0;
+};
+
+// Every name of either summary, the largest |B - A| of "from prev" first (ties by name). The
+// deltas add up to the difference of the spans.
+std::vector<KernelDelta> diff_kernels(const KernelSummary& a, const KernelSummary& b);
+
+// The deltas per step of `steps` repetitions, as a table on stdout: the first `top` rows, then
+// the spans of both sides and the rest summed.
+void print_kernel_diff(const std::vector<KernelDelta>& deltas, const KernelSummary& a,
+                       const KernelSummary& b, double steps, size_t top);
+
 }  // namespace di::bench

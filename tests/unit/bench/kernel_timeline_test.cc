@@ -94,5 +94,70 @@ TEST(KernelTimeline, CsvIsInStartOrderFromTheFirstStart) {
   EXPECT_THROW(write_kernel_csv({}, (dir / "absent" / "x.csv").string()), std::exception);
 }
 
+// read_kernel_csv gives back what write_kernel_csv wrote (times from the first start, ns);
+// a name may hold commas (it is the rest of the line); bad files name the path and the line.
+TEST(KernelTimeline, CsvReadsBackAndRejectsBadLines) {
+  testing::TempDir dir;
+  const std::string path = (dir / "trace.csv").string();
+  KernelRecord b = rec(3000, 4500, "b, with a comma");
+  b.stream = 7;
+  b.grid = 132;
+  b.block = 256;
+  write_kernel_csv({b, rec(1000, 2000, "a")}, path);
+  const std::vector<KernelRecord> back = read_kernel_csv(path);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].name, "a");
+  EXPECT_EQ(back[0].start_ns, 0u);
+  EXPECT_EQ(back[0].end_ns, 1000u);
+  EXPECT_EQ(back[1].name, "b, with a comma");
+  EXPECT_EQ(back[1].start_ns, 2000u);
+  EXPECT_EQ(back[1].end_ns, 3500u);
+  EXPECT_EQ(back[1].stream, 7u);
+  EXPECT_EQ(back[1].grid, 132);
+  EXPECT_EQ(back[1].block, 256);
+
+  const auto expect_error = [&](const std::string& text, const std::string& what) {
+    const std::string bad = (dir / "bad.csv").string();
+    std::ofstream(bad) << text;
+    try {
+      read_kernel_csv(bad);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bad.csv"), std::string::npos) << e.what();
+    }
+  };
+  expect_error("start,end\n", "line 1");
+  expect_error("start_us,end_us,stream,grid,block,kernel\n0.000,1.000,0,0,0,a\n1,x,0,0,0,b\n",
+               "line 3");
+  expect_error("start_us,end_us,stream,grid,block,kernel\n2.000,1.000,0,0,0,a\n", "line 2");
+  expect_error("start_us,end_us,stream,grid,block,kernel\n0.000,1.000,0,0,0,\n", "line 2");
+  EXPECT_THROW(read_kernel_csv((dir / "absent.csv").string()), std::exception);
+}
+
+// The deltas cover every name of both sides, largest |B - A| first, and add up to the spans'
+// difference.
+TEST(KernelTimeline, DiffOrdersByTheChangeAndAddsUpToTheSpans) {
+  const KernelSummary a =
+      summarize_kernels({rec(0, 10, "attn"), rec(10, 30, "gemm"), rec(30, 35, "norm")});
+  const KernelSummary b =
+      summarize_kernels({rec(0, 18, "attn"), rec(18, 38, "gemm"), rec(38, 40, "fused")});
+  const std::vector<KernelDelta> d = diff_kernels(a, b);
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(d[0].name, "attn");  // +8
+  EXPECT_DOUBLE_EQ(d[0].from_prev_a_ns, 10);
+  EXPECT_DOUBLE_EQ(d[0].from_prev_b_ns, 18);
+  EXPECT_EQ(d[1].name, "norm");  // -5, absent from B
+  EXPECT_EQ(d[1].launches_a, 1);
+  EXPECT_EQ(d[1].launches_b, 0);
+  EXPECT_EQ(d[2].name, "fused");  // +2, absent from A
+  EXPECT_EQ(d[2].launches_a, 0);
+  EXPECT_EQ(d[3].name, "gemm");  // 0
+  double sum = 0;
+  for (const KernelDelta& x : d)
+    sum += x.from_prev_b_ns - x.from_prev_a_ns;
+  EXPECT_DOUBLE_EQ(sum, b.span_ns - a.span_ns);
+}
+
 }  // namespace
 }  // namespace di::bench
