@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The pending device calls (docs/design/cuda_forward.md, "The next device calls"): an A/B bundle
 # (scripts/gpu_ab_bundle.sh --fixture) with the variants
-#   main (main: cuda_forward_test, deepinfer, fp8_gemm_bench, fp8_gemm_kernel_test),
-#   pipe (main + experiments/fp8-prefill-pipelined: fp8_gemm_bench, fp8_gemm_kernel_test).
-# One call, carry [".carry"]:
+#   main (main: cuda_forward_test, deepinfer, fp8_gemm_bench, fp8_gemm_kernel_test, moe_bench),
+#   pipe (main + experiments/fp8-prefill-pipelined: fp8_gemm_bench, fp8_gemm_kernel_test),
+#   moe  (main + experiments/moe-prefill-n64: moe_kernel_test, moe_bench).
+# One call per phase, carry [".carry"]:
 #   bash scripts/gpu_pending_run.sh 1  # main's forward with the merged attention kernel and its
 #                                      # option (fixture tests, the option's load errors,
 #                                      # replay-fixture bf16 / fp32); then the FP8 A/B main vs
 #                                      # pipe at M 256 (parity, fp8_gemm_bench alternated)
+#   bash scripts/gpu_pending_run.sh 2  # moe: moe_kernel_test (prefill tiles bitwise the decode
+#                                      # tiles, CPU parity); moe_bench 4096 alternated with main
 # (The twenty-fourth session's six phases are in git history.)
 # Logs packed into ${OUT}/logs.tar.xz.
 set -uo pipefail
@@ -30,5 +33,17 @@ case "${1:-1}" in
     trap - EXIT
     OUT="${out}" bash scripts/gpu_fp8_ab_run.sh --m 256 main pipe
     ;;
-  *) echo "gpu_pending_run: phase 1" >&2; exit 2 ;;
+  2)
+    echo "== moe moe_kernel_test"
+    timeout 240 .carry/ab/moe/moe_kernel_test --gtest_filter='MoeExpert*' > "${out}/moe_test.log" 2>&1
+    echo "rc $?"; summary "${out}/moe_test.log"
+    timeout 120 "${M}"/moe_bench 4096 > "${out}/moe_warm-up.log" 2>&1
+    for r in 1 2; do
+      for v in main moe; do
+        timeout 120 .carry/ab/"${v}"/moe_bench 4096 > "${out}/moe_bench_${v}_${r}.log" 2>&1
+        echo "-- ${v} run ${r}: rc $?"; grep -E '^device|^ *4096|w1.w3 alone' "${out}/moe_bench_${v}_${r}.log"
+      done
+    done
+    ;;
+  *) echo "gpu_pending_run: phase 1 or 2" >&2; exit 2 ;;
 esac
