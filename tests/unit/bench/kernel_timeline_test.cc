@@ -15,11 +15,15 @@
 namespace di::bench {
 namespace {
 
-KernelRecord rec(uint64_t start, uint64_t end, const std::string& name) {
+KernelRecord rec(uint64_t start, uint64_t end, const std::string& name, uint32_t stream = 0,
+                 int32_t grid = 0, int32_t block = 0) {
   KernelRecord r;
   r.start_ns = start;
   r.end_ns = end;
   r.name = name;
+  r.stream = stream;
+  r.grid = grid;
+  r.block = block;
   return r;
 }
 
@@ -79,11 +83,7 @@ TEST(KernelTimeline, RowsAggregatePerName) {
 TEST(KernelTimeline, CsvIsInStartOrderFromTheFirstStart) {
   testing::TempDir dir;
   const std::string path = (dir / "trace.csv").string();
-  KernelRecord late = rec(3000, 4500, "b");
-  late.stream = 7;
-  late.grid = 132;
-  late.block = 256;
-  write_kernel_csv({late, rec(1000, 2000, "a")}, path);
+  write_kernel_csv({rec(3000, 4500, "b", 7, 132, 256), rec(1000, 2000, "a")}, path);
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
@@ -99,11 +99,7 @@ TEST(KernelTimeline, CsvIsInStartOrderFromTheFirstStart) {
 TEST(KernelTimeline, CsvReadsBackAndRejectsBadLines) {
   testing::TempDir dir;
   const std::string path = (dir / "trace.csv").string();
-  KernelRecord b = rec(3000, 4500, "b, with a comma");
-  b.stream = 7;
-  b.grid = 132;
-  b.block = 256;
-  write_kernel_csv({b, rec(1000, 2000, "a")}, path);
+  write_kernel_csv({rec(3000, 4500, "b, with a comma", 7, 132, 256), rec(1000, 2000, "a")}, path);
   const std::vector<KernelRecord> back = read_kernel_csv(path);
   ASSERT_EQ(back.size(), 2u);
   EXPECT_EQ(back[0].name, "a");
