@@ -100,11 +100,12 @@ struct SparseAttnParams {
   // tensor-core kernel's hi + lo bf16 operands give ~1e-5). The fp32 forward's exact mode uses it
   // so that rounding differences stay below the fixtures' recorded near-ties.
   bool fp32_reference = false;
-  // Which tensor-core kernel runs 64 x 512 (tests and benchmarks pin it; the forward leaves
-  // kAuto): kAuto = wgmma in bf16 precision, mma.sync in fp32; kMmaSync = mma.sync
-  // (sparse_attention.cu, either precision); kWgmma = wgmma (sparse_attention_wgmma.cu, bf16
-  // only). The two give different bits (different product groupings), each batch-invariant, so
-  // the choice depends on the precision only, never on the batch.
+  // Which tensor-core kernel runs 64 x 512 (tests and benchmarks pin it; the forward passes
+  // CudaForwardOptions::attention_kernel, kAuto unless --attention-kernel says otherwise): kAuto =
+  // wgmma in bf16 precision, mma.sync in fp32; kMmaSync = mma.sync (sparse_attention.cu, either
+  // precision); kWgmma = wgmma (sparse_attention_wgmma.cu, bf16 only). The two give different bits
+  // (different product groupings), each batch-invariant, so the choice depends on the precision
+  // and the run's configuration, never on the batch.
   AttnTensorKernel tensor_kernel = AttnTensorKernel::kAuto;
   // mma.sync kernel: CTAs per (row, chunk), each with 64 / head_split heads. 0: chosen by the
   // grid (2 while twice the CTAs fit one wave of the device's SMs, else 1); 1 or 2: forced (the
