@@ -11,6 +11,11 @@
 #                                      # pipe at M 256 (parity, fp8_gemm_bench alternated)
 #   bash scripts/gpu_pending_run.sh 2  # moe: moe_kernel_test (prefill tiles bitwise the decode
 #                                      # tiles, CPU parity); moe_bench 4096 alternated with main
+# The bundle, built here:
+#   bash scripts/gpu_ab_prepare.sh --fixture \
+#     main=cuda_forward_test,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,moe_bench \
+#     pipe@fp8-prefill-pipelined=fp8_gemm_bench,fp8_gemm_kernel_test \
+#     moe@moe-prefill-n64=moe_kernel_test,moe_bench
 # (The twenty-fourth session's six phases are in git history.)
 # Logs packed into ${OUT}/logs.tar.xz.
 set -uo pipefail
