@@ -32,18 +32,24 @@ DeviceInfo device_info(int ordinal) {
   return info;
 }
 
-int current_sm_count() {
-  int device = 0, sms = 0;
+namespace {
+
+// An attribute of the calling thread's current device.
+int current_device_attribute(cudaDeviceAttr attr) {
+  int device = 0, value = 0;
   DI_CUDA_CHECK(cudaGetDevice(&device));
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
+  return value;
+}
+
+}  // namespace
+
+int current_sm_count() {
+  return current_device_attribute(cudaDevAttrMultiProcessorCount);
 }
 
 int current_sm_major() {
-  int device = 0, major = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&device));
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major;
+  return current_device_attribute(cudaDevAttrComputeCapabilityMajor);
 }
 
 }  // namespace di
