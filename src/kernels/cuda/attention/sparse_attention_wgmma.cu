@@ -97,10 +97,6 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr) {
   return desc_sw128(addr, wgmma_layout::kMnMajorLbo, wgmma_layout::kMnMajorSbo);
 }
 
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
 // One thread's raw bytes of a tile: 8 units of an FP8 tile (16 codes + the scale byte each) or 4
 // of an FP4 tile (32 values + the two scale bytes).
 struct Raw {
@@ -296,7 +292,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                            i0, s_rope);
     }
   }
-  fence_proxy_async();  // this thread's shared-memory writes -> the wgmma (async) proxy
+  fp8_sm90::fence_proxy_async_smem();  // this thread's shared-memory writes -> the wgmma (async)
+                                       // proxy
   __syncthreads();
 
   const float qk_scale = p.scale * kLog2e;
@@ -320,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     issue_s_partial(s, q_addr, kv_addr, wg);
     if (tile == 0 && vmask1 != 0) {
       store_tile(fp4, s_kv + kOperand, raw);
-      fence_proxy_async();
+      fp8_sm90::fence_proxy_async_smem();
     }
     fp8_sm90::wgmma_wait<0>();
     fence_acc(s);
@@ -424,7 +421,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     *reinterpret_cast<uint4*>(smem + Smem::kKv + opnd_off(u / 64, u % 64)) =
         reinterpret_cast<const uint4*>(kv)[u];
   }
-  fence_proxy_async();
+  fp8_sm90::fence_proxy_async_smem();
   __syncthreads();
   const uint32_t q_addr = cuda_detail::smem_u32(smem + Smem::kQ);
   const uint32_t kv_addr = cuda_detail::smem_u32(smem + Smem::kKv);

@@ -115,10 +115,6 @@ __device__ __forceinline__ uint64_t act_block_desc(const void* block) {
   return ((addr & 0x3FFFFull) >> 4) | ((128ull >> 4) << 16) | ((256ull >> 4) << 32);
 }
 
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
 // Byte offset of 16-byte chunk c (scale block c of the stage) of ring row r: swizzled so that
 // ldmatrix's 8 row addresses of one block hit 8 different bank groups.
 __device__ __forceinline__ int ring_offset(int r, int c) {
@@ -306,8 +302,9 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
     int slot = 0, next_slot = kRing - 1;  // ring slots of stage s and of stage s + kRing - 1
     for (int s = 0; s < nstages; ++s) {
       cp_async_wait<kRing - 2>();
-      fence_proxy_async_smem();  // this thread's copies of the stage -> the wgmma (async) proxy
-      __syncthreads();           // every warp's part of the stage's activations has landed
+      fp8_sm90::fence_proxy_async_smem();  // this thread's copies of the stage -> the wgmma (async)
+                                           // proxy
+      __syncthreads();  // every warp's part of the stage's activations has landed
       const uint8_t* st = ring + slot * kStageBytes;
       // A fragments: per block and tile, rows g / g + 8, even then odd nibbles. The blocks past k
       // of a partial last stage are zero (zero-filled copies), and not promoted.
