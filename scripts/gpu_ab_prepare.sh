@@ -23,7 +23,8 @@ for arg in "$@"; do
   if [[ "${arg}" == --fixture ]]; then
     fixture=(--fixture)
   elif [[ "${arg}" =~ ^([A-Za-z0-9_-]+)(@([A-Za-z0-9_.-]+))?=([A-Za-z0-9_,]+)$ ]]; then
-    specs+=("${arg}")
+    # variant, series (may be empty), targets: one word each.
+    specs+=("${BASH_REMATCH[1]} ${BASH_REMATCH[3]:--} ${BASH_REMATCH[4]}")
   else
     echo "gpu_ab_prepare: expected VARIANT[@SERIES]=target,target, got '${arg}'" >&2
     exit 2
@@ -33,8 +34,8 @@ done
 bundle_args=("${fixture[@]}")
 head=$(git rev-parse HEAD)
 for spec in "${specs[@]}"; do
-  [[ "${spec}" =~ ^([A-Za-z0-9_-]+)(@([A-Za-z0-9_.-]+))?=([A-Za-z0-9_,]+)$ ]]
-  variant=${BASH_REMATCH[1]} series=${BASH_REMATCH[3]} targets=${BASH_REMATCH[4]}
+  read -r variant series targets <<< "${spec}"
+  [[ "${series}" == - ]] && series=""
   if [[ -n "${series}" ]]; then
     compgen -G "${root}/experiments/${series}/*.patch" > /dev/null ||
       { echo "gpu_ab_prepare: no patches in experiments/${series}" >&2; exit 1; }
