@@ -17,6 +17,7 @@
 #include "engine/engine_core.h"
 #include "engine/llm_impl.h"
 #include "engram/token_map_builder.h"
+#include "kernels/params/sparse_attention.h"
 #include "model/deepseek_v41/cpu_model.h"
 #include "model/layer_plan.h"
 #include "model/model_stats.h"
@@ -27,6 +28,14 @@ namespace deepinfer {
 using di::Error;
 
 namespace {
+
+// EngineConfig::attention_kernel (checked whatever the backend).
+di::AttnTensorKernel attention_kernel_of(const std::string& name) {
+  if (name == "auto") return di::AttnTensorKernel::kAuto;
+  if (name == "mma-sync") return di::AttnTensorKernel::kMmaSync;
+  if (name == "wgmma") return di::AttnTensorKernel::kWgmma;
+  DI_FAIL("--attention-kernel {}: auto, mma-sync or wgmma", name);
+}
 
 std::filesystem::path default_cache_dir() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
@@ -120,9 +129,8 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& requ
   fo.engram_tables = config.engram_tables == "mapped"     ? di::EngramTables::kMapped
                      : config.engram_tables == "resident" ? di::EngramTables::kResident
                                                           : di::EngramTables::kAuto;
-  DI_CHECK(config.attention_kernel == "auto" || config.attention_kernel == "mma-sync" ||
-               config.attention_kernel == "wgmma",
-           "--attention-kernel {}: auto, mma-sync or wgmma", config.attention_kernel);
+  [[maybe_unused]] const di::AttnTensorKernel attention_kernel =
+      attention_kernel_of(config.attention_kernel);
   di::KvCacheConfig cache;
   cache.memory_budget_bytes =
       config.kv_cache_memory_bytes > 0 ? config.kv_cache_memory_bytes : (4ull << 30);
@@ -133,9 +141,7 @@ LLM::Impl::Impl(const std::filesystem::path& model_dir, const EngineConfig& requ
   cuda.kv_cache_bytes = cache.memory_budget_bytes;
   cuda.kv_cache_page_bytes = cache.page_bytes;
   cuda.drafter = di::DsparkDrafter::kNone;  // no speculative decoding yet: no drafter
-  cuda.attention_kernel = config.attention_kernel == "mma-sync" ? di::AttnTensorKernel::kMmaSync
-                          : config.attention_kernel == "wgmma"  ? di::AttnTensorKernel::kWgmma
-                                                                : di::AttnTensorKernel::kAuto;
+  cuda.attention_kernel = attention_kernel;
   model_ = config.backend == "cuda"
                ? di::load_cuda_forward_model(model_dir, fo, cuda, std::move(token_map))
                : di::load_cpu_forward_model(model_dir, fo, std::move(token_map));
