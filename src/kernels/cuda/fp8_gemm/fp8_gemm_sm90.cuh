@@ -35,6 +35,8 @@ struct Sm90Config {
   static constexpr int kStageA = kBlockM * kStageK;
   static constexpr int kStageB = kBlockN * kStageK;
   static constexpr int kScaleCols = kBlockN >= kBlock ? kBlockN / kBlock : 1;  // weight blocks/tile
+  static constexpr int kTileN = kBlockN;
+  static constexpr int kPipeStages = kStages;
 };
 
 __device__ __forceinline__ float ue8m0_to_float(uint8_t b) {
@@ -109,6 +111,114 @@ __device__ __forceinline__ bool cluster_chunk_sum(float* acc, bool consumer, flo
   }
   cluster.sync();
   return mine;
+}
+
+// The consumer loop of the 128-column tiles (prefill: two consumer warpgroups, all K in one CTA,
+// chunks folded; 64 < m <= 256: one consumer warpgroup, a K-chunk of a split cluster). The
+// tile's N is issued as two n64 halves, each (K-block, half) a wgmma group of its own, pipelined
+// one deep within a stage: the next group is issued before this one is waited for, so the tensor
+// core works while this half is promoted (before, each K-block waited for its wgmmas and was
+// then promoted with the tensor core idle, 4 times a stage at B = 32). Per element the
+// arithmetic is unchanged: the same k32 chain from scale-d = 0 (the wgmma result does not depend
+// on the instruction's N), the same fma into acc in K order, the same chunk fold; so rows stay
+// bitwise those of the other tiles. On return acc holds the tile's (chunk's) totals.
+template <typename Cfg, int kBlock, bool kFold>
+__device__ __forceinline__ void consume_halves_pipelined(
+    const Sm90Args& args, const uint8_t* s_a, const uint8_t* s_b, uint64_t* full, uint64_t* empty,
+    uint32_t sw_addr, int consumer, int lane, int it_begin, int it_end, const uint8_t* sa_row0,
+    const uint8_t* sa_row1, bool have0, bool have1, float (&acc)[WgmmaE4m3<Cfg::kTileN>::kRegs]) {
+  constexpr int kHalfN = Cfg::kTileN / 2;
+  using Half = WgmmaE4m3<kHalfN>;
+  constexpr int kHr = Half::kRegs;
+  constexpr int kKb = Cfg::kKbPerStage;
+  constexpr int kOps = 2 * kKb;  // (K-block, half) groups a stage: even, so half h uses ph[h]
+  constexpr int kMmaPerKb = kBlock / 32;
+  constexpr int kHalfScales = kHalfN >= kBlock ? kHalfN / kBlock : 1;
+  constexpr int kStages = Cfg::kPipeStages;
+  float ph[2][kHr];
+  [[maybe_unused]] float tot[kFold ? 2 * kHr : 1];  // fp32 K-chunk totals
+  const uint8_t* a_rows = s_a + consumer * 64 * kStageK;
+  const auto issue = [&](int s, int kk, int h, float(&d)[kHr]) {
+    const uint64_t desc_a = smem_desc_k128_sw128(a_rows + s * Cfg::kStageA);
+    const uint64_t desc_b = smem_desc_k128_sw128(s_b + s * Cfg::kStageB + h * kHalfN * kStageK);
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < kMmaPerKb; ++j) {
+      const int k32 = kk * kMmaPerKb + j;  // 32-byte steps: +2 in the >> 4 field
+      Half::mma(d, desc_a + 2 * k32, desc_b + 2 * k32, j == 0 ? 0 : 1);
+    }
+    wgmma_commit();
+  };
+
+  for (int it = it_begin; it < it_end; ++it) {
+    const int li = it - it_begin;
+    const int s = li % kStages;
+    float sa0v[kKb], sa1v[kKb];
+#pragma unroll
+    for (int kk = 0; kk < kKb; ++kk) {
+      const int kb = min(it * kKb + kk, args.num_kb - 1);
+      sa0v[kk] = have0 ? ue8m0_to_float(__ldg(sa_row0 + kb)) : 0.0f;
+      sa1v[kk] = have1 ? ue8m0_to_float(__ldg(sa_row1 + kb)) : 0.0f;
+    }
+    mbar_wait(&full[s], (li / kStages) & 1);
+    issue(s, 0, 0, ph[0]);
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) {
+      const int kk = op / 2;
+      const int h = op % 2;
+      const int kb = it * kKb + kk;
+      const int c0 = (h * kHalfN) / kBlock;  // this half's first weight-scale column
+      // This half's weight scales, read before the wait so that their latency hides behind it.
+      float sw[kHalfScales];
+#pragma unroll
+      for (int c = 0; c < kHalfScales; ++c)
+        sw[c] = lds_f32(sw_addr + 4u * static_cast<uint32_t>((c0 + c) * args.num_kb +
+                                                             min(kb, args.num_kb - 1)));
+      // Issue the group after this one, then wait for this one only.
+      if (op + 1 < kOps) {
+        issue(s, (op + 1) / 2, (op + 1) % 2, ph[(op + 1) % 2]);
+        wgmma_wait<1>();
+      } else {
+        wgmma_wait<0>();
+      }
+#pragma unroll
+      for (int i = 0; i < kHr; ++i)
+        fence_regs(ph[h][i]);
+      if (op == kOps - 1) {  // every wgmma reading stage s has completed
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);
+      }
+      if (kb < args.num_kb) {
+#pragma unroll
+        for (int j = 0; j < kHalfN / 8; ++j) {
+          const int jg = h * (kHalfN / 8) + j;  // column group in the tile
+          const float w = sw[kHalfN >= kBlock ? (8 * jg) / kBlock - c0 : 0];
+          const float s0 = sa0v[kk] * w;  // powers of two: exact
+          const float s1 = sa1v[kk] * w;
+          acc[4 * jg + 0] = fmaf(ph[h][4 * j + 0], s0, acc[4 * jg + 0]);
+          acc[4 * jg + 1] = fmaf(ph[h][4 * j + 1], s0, acc[4 * jg + 1]);
+          acc[4 * jg + 2] = fmaf(ph[h][4 * j + 2], s1, acc[4 * jg + 2]);
+          acc[4 * jg + 3] = fmaf(ph[h][4 * j + 3], s1, acc[4 * jg + 3]);
+        }
+      }
+    }
+    if constexpr (kFold) {
+      // End of a K-chunk: total = c0, then total = total + c (fixed order), acc restarts at 0.
+      if ((it + 1) % args.chunk_stages == 0 || it + 1 == it_end) {
+        const bool first = it < args.chunk_stages;
+#pragma unroll
+        for (int i = 0; i < 2 * kHr; ++i) {
+          tot[i] = first ? acc[i] : tot[i] + acc[i];
+          acc[i] = 0.0f;
+        }
+      }
+    }
+  }
+  if constexpr (kFold) {
+#pragma unroll
+    for (int i = 0; i < 2 * kHr; ++i)
+      acc[i] = tot[i];
+  }
 }
 
 template <int kBlockN, int kConsumers, int kBlock, int kStages, typename OutT, bool kSplit,
@@ -205,16 +315,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   const int lane = t % 32;
   const int row0 = consumer * 64 + warp * 16 + lane / 4;  // this thread's rows: row0, row0 + 8
 
-  // K-blocks whose wgmmas are issued together (one commit group, one wait) into separate
-  // partials, then promoted one after the other: fewer serial wgmma round trips per stage for
-  // the narrow decode tiles, where registers are plentiful. The arithmetic per element is the
-  // same for every kBatch (each partial starts from scale-d = 0; promotions in K order).
-  constexpr int kBatch =
-      kBlock == 32 ? (kBlockN <= 32 ? 4 : (kBlockN == 64 && kConsumers == 1 ? 2 : 1)) : 1;
-  constexpr int kMmaPerKb = kBlock / 32;
   float acc[kRegs];
-  float part[kBatch][kRegs];
-  [[maybe_unused]] float tot[kFold ? kRegs : 1];  // prefill: fp32 K-chunk totals
 #pragma unroll
   for (int i = 0; i < kRegs; ++i)
     acc[i] = 0.0f;
@@ -228,75 +329,79 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   const bool have0 = grow0 < args.m;
   const bool have1 = grow0 + 8 < args.m;
 
-  for (int it = it_begin; it < it_end; ++it) {
-    const int li = it - it_begin;
-    const int s = li % kStages;
-    float sa0v[Cfg::kKbPerStage], sa1v[Cfg::kKbPerStage];
+  static_assert(!kFold || kConsumers == 2, "the chunk fold is the prefill kernel's");
+  if constexpr (kBlockN == 128) {
+    consume_halves_pipelined<Cfg, kBlock, kFold>(args, s_a, s_b, full, empty, sw_addr, consumer,
+                                                 lane, it_begin, it_end, sa_row0, sa_row1, have0,
+                                                 have1, acc);
+  } else {
+    // Narrower decode tiles (one consumer warpgroup, split-K cluster). K-blocks whose wgmmas are
+    // issued together (one commit group, one wait) into separate partials, then promoted one after
+    // the other: fewer serial wgmma round trips per stage for the narrow tiles, where registers are
+    // plentiful. The arithmetic per element is the same for every kBatch (each partial starts
+    // from scale-d = 0; promotions in K order).
+    constexpr int kBatch = kBlock == 32 ? (kBlockN <= 32 ? 4 : (kBlockN == 64 ? 2 : 1)) : 1;
+    constexpr int kMmaPerKb = kBlock / 32;
+    float part[kBatch][kRegs];
+    for (int it = it_begin; it < it_end; ++it) {
+      const int li = it - it_begin;
+      const int s = li % kStages;
+      float sa0v[Cfg::kKbPerStage], sa1v[Cfg::kKbPerStage];
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kKbPerStage; ++kk) {
-      const int kb = min(it * Cfg::kKbPerStage + kk, args.num_kb - 1);
-      sa0v[kk] = have0 ? ue8m0_to_float(__ldg(sa_row0 + kb)) : 0.0f;
-      sa1v[kk] = have1 ? ue8m0_to_float(__ldg(sa_row1 + kb)) : 0.0f;
-    }
-    mbar_wait(&full[s], (li / kStages) & 1);
-    const uint64_t desc_a = smem_desc_k128_sw128(s_a + s * Cfg::kStageA + consumer * 64 * kStageK);
-    const uint64_t desc_b = smem_desc_k128_sw128(s_b + s * Cfg::kStageB);
+      for (int kk = 0; kk < Cfg::kKbPerStage; ++kk) {
+        const int kb = min(it * Cfg::kKbPerStage + kk, args.num_kb - 1);
+        sa0v[kk] = have0 ? ue8m0_to_float(__ldg(sa_row0 + kb)) : 0.0f;
+        sa1v[kk] = have1 ? ue8m0_to_float(__ldg(sa_row1 + kb)) : 0.0f;
+      }
+      mbar_wait(&full[s], (li / kStages) & 1);
+      const uint64_t desc_a =
+          smem_desc_k128_sw128(s_a + s * Cfg::kStageA + consumer * 64 * kStageK);
+      const uint64_t desc_b = smem_desc_k128_sw128(s_b + s * Cfg::kStageB);
 #pragma unroll
-    for (int kk0 = 0; kk0 < Cfg::kKbPerStage; kk0 += kBatch) {
-      wgmma_fence();
+      for (int kk0 = 0; kk0 < Cfg::kKbPerStage; kk0 += kBatch) {
+        wgmma_fence();
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
+        for (int b = 0; b < kBatch; ++b) {
 #pragma unroll
-        for (int j = 0; j < kMmaPerKb; ++j) {
-          const int k32 = (kk0 + b) * kMmaPerKb + j;  // 32-byte steps: +2 in the >> 4 field
-          Mma::mma(part[b], desc_a + 2 * k32, desc_b + 2 * k32, j == 0 ? 0 : 1);
+          for (int j = 0; j < kMmaPerKb; ++j) {
+            const int k32 = (kk0 + b) * kMmaPerKb + j;  // 32-byte steps: +2 in the >> 4 field
+            Mma::mma(part[b], desc_a + 2 * k32, desc_b + 2 * k32, j == 0 ? 0 : 1);
+          }
         }
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
+        wgmma_commit();
+        wgmma_wait<0>();
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
+        for (int b = 0; b < kBatch; ++b) {
 #pragma unroll
-        for (int i = 0; i < kRegs; ++i)
-          fence_regs(part[b][i]);
-      }
+          for (int i = 0; i < kRegs; ++i)
+            fence_regs(part[b][i]);
+        }
 
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int kk = kk0 + b;
-        const int kb = it * Cfg::kKbPerStage + kk;
-        if (kb >= args.num_kb) break;
-        const float sa0 = sa0v[kk];
-        const float sa1 = sa1v[kk];
-        float sw[Cfg::kScaleCols];
+        for (int b = 0; b < kBatch; ++b) {
+          const int kk = kk0 + b;
+          const int kb = it * Cfg::kKbPerStage + kk;
+          if (kb >= args.num_kb) break;
+          const float sa0 = sa0v[kk];
+          const float sa1 = sa1v[kk];
+          float sw[Cfg::kScaleCols];
 #pragma unroll
-        for (int c = 0; c < Cfg::kScaleCols; ++c)
-          sw[c] = lds_f32(sw_addr + 4u * static_cast<uint32_t>(c * args.num_kb + kb));
+          for (int c = 0; c < Cfg::kScaleCols; ++c)
+            sw[c] = lds_f32(sw_addr + 4u * static_cast<uint32_t>(c * args.num_kb + kb));
 #pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j) {
-          const float w = sw[kBlockN >= kBlock ? (8 * j) / kBlock : 0];
-          const float s0 = sa0 * w;  // powers of two: exact
-          const float s1 = sa1 * w;
-          acc[4 * j + 0] = fmaf(part[b][4 * j + 0], s0, acc[4 * j + 0]);
-          acc[4 * j + 1] = fmaf(part[b][4 * j + 1], s0, acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(part[b][4 * j + 2], s1, acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(part[b][4 * j + 3], s1, acc[4 * j + 3]);
+          for (int j = 0; j < kBlockN / 8; ++j) {
+            const float w = sw[kBlockN >= kBlock ? (8 * j) / kBlock : 0];
+            const float s0 = sa0 * w;  // powers of two: exact
+            const float s1 = sa1 * w;
+            acc[4 * j + 0] = fmaf(part[b][4 * j + 0], s0, acc[4 * j + 0]);
+            acc[4 * j + 1] = fmaf(part[b][4 * j + 1], s0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[b][4 * j + 2], s1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[b][4 * j + 3], s1, acc[4 * j + 3]);
+          }
         }
       }
-    }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[s]);
-
-    if constexpr (kFold) {
-      // End of a K-chunk: total = c0, then total = total + c (fixed order), acc restarts at 0.
-      if ((it + 1) % args.chunk_stages == 0 || it + 1 == it_end) {
-        const bool first = it < args.chunk_stages;
-#pragma unroll
-        for (int i = 0; i < kRegs; ++i) {
-          tot[i] = first ? acc[i] : tot[i] + acc[i];
-          acc[i] = 0.0f;
-        }
-      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[s]);
     }
   }
 
@@ -306,11 +411,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     }
     return;
   } else {
-    if constexpr (kFold) {
-#pragma unroll
-      for (int i = 0; i < kRegs; ++i)
-        acc[i] = tot[i];
-    }
     OutT* out = static_cast<OutT*>(args.out);
     store_tile<kBlockN>(out, args, acc, n0, m0 + row0, lane);
   }
