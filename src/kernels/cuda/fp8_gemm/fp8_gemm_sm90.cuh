@@ -113,16 +113,16 @@ __device__ __forceinline__ bool cluster_chunk_sum(float* acc, bool consumer, flo
   return mine;
 }
 
-// The consumer loop of the 128-column tiles (prefill: two consumer warpgroups, all K in one CTA,
-// chunks folded; 64 < m <= 256: one consumer warpgroup, a K-chunk of a split cluster). The
+// The consumer loop of the 64 x 128 tiles (64 < m <= 256: one consumer warpgroup, a K-chunk of
+// a split cluster; the 128 x 128 prefill tile was not faster so, docs/PERF.md 2026-12-05). The
 // tile's N is issued as two n64 halves, each (K-block, half) a wgmma group of its own, pipelined
 // one deep within a stage: the next group is issued before this one is waited for, so the tensor
 // core works while this half is promoted (before, each K-block waited for its wgmmas and was
 // then promoted with the tensor core idle, 4 times a stage at B = 32). Per element the
 // arithmetic is unchanged: the same k32 chain from scale-d = 0 (the wgmma result does not depend
-// on the instruction's N), the same fma into acc in K order, the same chunk fold; so rows stay
-// bitwise those of the other tiles. On return acc holds the tile's (chunk's) totals.
-template <typename Cfg, int kBlock, bool kFold>
+// on the instruction's N), the same fma into acc in K order; so rows stay bitwise those of the
+// other tiles. On return acc holds the tile's (chunk's) totals.
+template <typename Cfg, int kBlock>
 __device__ __forceinline__ void consume_halves_pipelined(
     const Sm90Args& args, const uint8_t* s_a, const uint8_t* s_b, uint64_t* full, uint64_t* empty,
     uint32_t sw_addr, int consumer, int lane, int it_begin, int it_end, const uint8_t* sa_row0,
@@ -136,7 +136,6 @@ __device__ __forceinline__ void consume_halves_pipelined(
   constexpr int kHalfScales = kHalfN >= kBlock ? kHalfN / kBlock : 1;
   constexpr int kStages = Cfg::kPipeStages;
   float ph[2][kHr];
-  [[maybe_unused]] float tot[kFold ? 2 * kHr : 1];  // fp32 K-chunk totals
   const uint8_t* a_rows = s_a + consumer * 64 * kStageK;
   const auto issue = [&](int s, int kk, int h, float(&d)[kHr]) {
     const uint64_t desc_a = smem_desc_k128_sw128(a_rows + s * Cfg::kStageA);
@@ -202,22 +201,6 @@ __device__ __forceinline__ void consume_halves_pipelined(
         }
       }
     }
-    if constexpr (kFold) {
-      // End of a K-chunk: total = c0, then total = total + c (fixed order), acc restarts at 0.
-      if ((it + 1) % args.chunk_stages == 0 || it + 1 == it_end) {
-        const bool first = it < args.chunk_stages;
-#pragma unroll
-        for (int i = 0; i < 2 * kHr; ++i) {
-          tot[i] = first ? acc[i] : tot[i] + acc[i];
-          acc[i] = 0.0f;
-        }
-      }
-    }
-  }
-  if constexpr (kFold) {
-#pragma unroll
-    for (int i = 0; i < 2 * kHr; ++i)
-      acc[i] = tot[i];
   }
 }
 
@@ -330,19 +313,20 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   const bool have1 = grow0 + 8 < args.m;
 
   static_assert(!kFold || kConsumers == 2, "the chunk fold is the prefill kernel's");
-  if constexpr (kBlockN == 128) {
-    consume_halves_pipelined<Cfg, kBlock, kFold>(args, s_a, s_b, full, empty, sw_addr, consumer,
-                                                 lane, it_begin, it_end, sa_row0, sa_row1, have0,
-                                                 have1, acc);
+  if constexpr (kBlockN == 128 && kConsumers == 1) {
+    consume_halves_pipelined<Cfg, kBlock>(args, s_a, s_b, full, empty, sw_addr, consumer, lane,
+                                          it_begin, it_end, sa_row0, sa_row1, have0, have1, acc);
   } else {
-    // Narrower decode tiles (one consumer warpgroup, split-K cluster). K-blocks whose wgmmas are
-    // issued together (one commit group, one wait) into separate partials, then promoted one after
-    // the other: fewer serial wgmma round trips per stage for the narrow tiles, where registers are
-    // plentiful. The arithmetic per element is the same for every kBatch (each partial starts
-    // from scale-d = 0; promotions in K order).
-    constexpr int kBatch = kBlock == 32 ? (kBlockN <= 32 ? 4 : (kBlockN == 64 ? 2 : 1)) : 1;
+    // The other tiles. K-blocks whose wgmmas are issued together (one commit group, one wait)
+    // into separate partials, then promoted one after the other: fewer serial wgmma round trips
+    // per stage for the narrow decode tiles, where registers are plentiful. The arithmetic per
+    // element is the same for every kBatch (each partial starts from scale-d = 0; promotions in
+    // K order).
+    constexpr int kBatch =
+        kBlock == 32 ? (kBlockN <= 32 ? 4 : (kBlockN == 64 && kConsumers == 1 ? 2 : 1)) : 1;
     constexpr int kMmaPerKb = kBlock / 32;
     float part[kBatch][kRegs];
+    [[maybe_unused]] float tot[kFold ? kRegs : 1];  // prefill: fp32 K-chunk totals
     for (int it = it_begin; it < it_end; ++it) {
       const int li = it - it_begin;
       const int s = li % kStages;
@@ -402,6 +386,23 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[s]);
+
+      if constexpr (kFold) {
+        // End of a K-chunk: total = c0, then total = total + c (fixed order), acc restarts at 0.
+        if ((it + 1) % args.chunk_stages == 0 || it + 1 == it_end) {
+          const bool first = it < args.chunk_stages;
+#pragma unroll
+          for (int i = 0; i < kRegs; ++i) {
+            tot[i] = first ? acc[i] : tot[i] + acc[i];
+            acc[i] = 0.0f;
+          }
+        }
+      }
+    }
+    if constexpr (kFold) {
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i)
+        acc[i] = tot[i];
     }
   }
 
