@@ -458,8 +458,9 @@ TEST(MoeExpertGpu, EarlyWeightsWaitForTheLaunchBefore) {
   }
 }
 
-// Prefill tiles (64 pairs: 8 groups sharing each converted weight fragment) give bitwise the
-// decode tiles' outputs, and match the CPU: 40 tokens all routed to expert 7 (a full tile of 64
+// Prefill tiles (64 pairs: 8 groups sharing each converted weight fragment, one m64n64k32
+// wgmma for all of them) give bitwise the decode tiles' outputs (m64n8k32 per group), and match
+// the CPU: 40 tokens all routed to expert 7 (a full tile of 64
 // would need more; 40 pairs = one partial prefill tile vs 5 decode tiles) plus spread experts;
 // w2 over 600 pairs with one expert taking 100 (a full and a partial prefill tile).
 TEST(MoeExpertGpu, PrefillTilesAreBitwiseTheDecodeTiles) {

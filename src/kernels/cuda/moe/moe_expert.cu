@@ -43,6 +43,7 @@
 #include "kernels/cuda/moe/moe_expert.cuh"
 #include "kernels/cuda/ops/device_common.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/wgmma_operands.cuh"
 
 namespace di {
 namespace {
@@ -108,11 +109,28 @@ __device__ __forceinline__ void wgmma_rs_m64n8k32(float (&d)[4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(0));
 }
 
+// d = A(64 x 32 e4m3, registers) * B(32 x 64 e4m3, shared memory: the 8 groups of a prefill
+// tile), fp32, overwriting d. d[4 j + e] is group j's d[e] of wgmma_rs_m64n8k32: the wgmma's
+// result per element does not depend on N (the FP8 GEMM's rows are bitwise the same between its
+// N = 8 .. 64 swapped tiles and its N = 64 halves), so a pair's outputs stay those of the decode
+// tiles.
+__device__ __forceinline__ void wgmma_rs_m64n64k32(float (&d)[32], const uint32_t (&a)[4],
+                                                   uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " DI_WGMMA_DREGS32
+      ", {%32,%33,%34,%35}, %36, p, 1, 1;\n}\n"
+      : DI_WGMMA_D32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(0));
+}
+
 // Descriptor of one activation block: 8 tokens x 32 K-slots, K-major, no swizzle: two 8 x 16-byte
-// core matrices (slots 0-15, then 16-31) 128 bytes apart (leading byte offset).
-__device__ __forceinline__ uint64_t act_block_desc(const void* block) {
+// core matrices (slots 0-15, then 16-31) 128 bytes apart (leading byte offset); the next 8
+// tokens' block `group_stride` bytes on (stride byte offset; read by the N = 64 wgmma only).
+__device__ __forceinline__ uint64_t act_block_desc(const void* block, uint32_t group_stride = 256) {
   const auto addr = static_cast<uint64_t>(__cvta_generic_to_shared(block));
-  return ((addr & 0x3FFFFull) >> 4) | ((128ull >> 4) << 16) | ((256ull >> 4) << 32);
+  return ((addr & 0x3FFFFull) >> 4) | ((128ull >> 4) << 16) |
+         (static_cast<uint64_t>(group_stride >> 4) << 32);
 }
 
 // Byte offset of 16-byte chunk c (scale block c of the stage) of ring row r: swizzled so that
@@ -122,7 +140,8 @@ __device__ __forceinline__ int ring_offset(int r, int c) {
 }
 
 // kGroups 8-token groups per tile (1: decode, 8: prefill); every group goes through the same
-// wgmma m64n8k32 instructions and promotion, so a pair's result does not depend on kGroups.
+// promotion, and its wgmma products are those of m64n8k32 whether one instruction covers one
+// group or all eight (m64n64k32), so a pair's result does not depend on kGroups.
 // kMTiles wgmma m64 tiles (64 weight rows each) per CTA: an output's arithmetic is the same
 // either way, so the launch picks 1 where 2 would leave SM slots idle.
 template <int kGroups, int kSplit, int kMTiles>
@@ -325,83 +344,124 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kWarps * 32, kG
         }
       }
       const int lb = s * kBlocks;  // the stage's first block in the half
-      // The weight scales, 2^(e_w - 127) * 2^6 = the float with exponent field e_w + 6; read once
-      // per stage when several groups use them.
+      // The weight scales, 2^(e_w - 127) * 2^6 = the float with exponent field e_w + 6 (a
+      // prefill tile reads each once per block for its 8 groups).
       auto sw_load = [&](int b, int mt, int h) {
         return __uint_as_float((static_cast<uint32_t>(swp[mt][h][lb + b]) + 6) << 23);
       };
-      [[maybe_unused]] float swf[kGroups > 1 ? 4 : 1][kMTiles][2];
-      if constexpr (kGroups > 1) {
-#pragma unroll
-        for (int b = 0; b < 4; ++b)
-#pragma unroll
-          for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-              swf[b][mt][h] = sw_load(b, mt, h);
-      }
-      auto sw_of = [&](int b, int mt, int h) {
-        if constexpr (kGroups > 1) {
-          return swf[b][mt][h];
-        } else {
-          return sw_load(b, mt, h);
-        }
-      };
-      // Per group: 8 wgmma from zero, then the promotion; the next group's wgmmas are in flight
-      // while a group is promoted (two partial sets).
-      float d[2][4][kMTiles][4];
+      auto sw_of = sw_load;
       const uint8_t* bstage = bring + slot * kGroups * kBStageBytes;
-      auto issue_group = [&](int gi) {
-        const uint64_t desc0 = act_block_desc(bstage + gi * kBStageBytes);
-        fp8_sm90::wgmma_fence();
+      if constexpr (kGroups == 1) {
+        // Per group: 8 wgmma from zero, then the promotion; the next group's wgmmas are in flight
+        // while a group is promoted (two partial sets).
+        float d[2][4][kMTiles][4];
+        auto issue_group = [&](int gi) {
+          const uint64_t desc0 = act_block_desc(bstage + gi * kBStageBytes);
+          fp8_sm90::wgmma_fence();
 #pragma unroll
-        for (int b = 0; b < 4; ++b)
+          for (int b = 0; b < 4; ++b)
 #pragma unroll
-          for (int mt = 0; mt < kMTiles; ++mt)
-            wgmma_rs_m64n8k32(d[gi & 1][b][mt], a[b][mt], desc0 + b * (256 >> 4));
-        fp8_sm90::wgmma_commit();
-      };
-      auto promote_group = [&](int gi) {
-        const uint8_t* sxp0 = sx + (8 * gi + 2 * t4) * kbl_max + lb;
-        const uint8_t* sxp1 = sxp0 + kbl_max;
-        auto sxp1_of = [&](int b) { return __uint_as_float(static_cast<uint32_t>(sxp1[b]) << 23); };
-        auto promote = [&](int b) {
-          const float sx0 = __uint_as_float(static_cast<uint32_t>(sxp0[b]) << 23);  // 2^(e_x-127)
+            for (int mt = 0; mt < kMTiles; ++mt)
+              wgmma_rs_m64n8k32(d[gi & 1][b][mt], a[b][mt], desc0 + b * (256 >> 4));
+          fp8_sm90::wgmma_commit();
+        };
+        auto promote_group = [&](int gi) {
+          const uint8_t* sxp0 = sx + (8 * gi + 2 * t4) * kbl_max + lb;
+          const uint8_t* sxp1 = sxp0 + kbl_max;
+          auto sxp1_of = [&](int b) {
+            return __uint_as_float(static_cast<uint32_t>(sxp1[b]) << 23);
+          };
+          auto promote = [&](int b) {
+            const float sx0 = __uint_as_float(static_cast<uint32_t>(sxp0[b]) << 23);  // 2^(e_x-127)
 #pragma unroll
-          for (int mt = 0; mt < kMTiles; ++mt) {
-            float* dd = d[gi & 1][b][mt];
+            for (int mt = 0; mt < kMTiles; ++mt) {
+              float* dd = d[gi & 1][b][mt];
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
-              fp8_sm90::fence_regs(dd[i]);
-            const float sw0 = sw_of(b, mt, 0), sw1 = sw_of(b, mt, 1);
-            acc[gi][mt][0] = fmaf(dd[0] * sw0, sx0, acc[gi][mt][0]);
-            acc[gi][mt][2] = fmaf(dd[2] * sw1, sx0, acc[gi][mt][2]);
-            if constexpr (!kOne) {  // the odd tokens 2 t4 + 1
-              acc[gi][mt][1] = fmaf(dd[1] * sw0, sxp1_of(b), acc[gi][mt][1]);
-              acc[gi][mt][3] = fmaf(dd[3] * sw1, sxp1_of(b), acc[gi][mt][3]);
+              for (int i = 0; i < 4; ++i)
+                fp8_sm90::fence_regs(dd[i]);
+              const float sw0 = sw_of(b, mt, 0), sw1 = sw_of(b, mt, 1);
+              acc[gi][mt][0] = fmaf(dd[0] * sw0, sx0, acc[gi][mt][0]);
+              acc[gi][mt][2] = fmaf(dd[2] * sw1, sx0, acc[gi][mt][2]);
+              if constexpr (!kOne) {  // the odd tokens 2 t4 + 1
+                acc[gi][mt][1] = fmaf(dd[1] * sw0, sxp1_of(b), acc[gi][mt][1]);
+                acc[gi][mt][3] = fmaf(dd[3] * sw1, sxp1_of(b), acc[gi][mt][3]);
+              }
             }
+          };
+          if (lb + 4 <= kbl) {
+#pragma unroll
+            for (int b = 0; b < 4; ++b)
+              promote(b);
+          } else {  // the partial last stage: its blocks past k are not promoted
+#pragma unroll
+            for (int b = 0; b < 4; ++b)
+              if (lb + b < kbl) promote(b);
           }
         };
-        if (lb + 4 <= kbl) {
+        issue_group(0);
 #pragma unroll
-          for (int b = 0; b < 4; ++b)
-            promote(b);
-        } else {  // the partial last stage: its blocks past k are not promoted
-#pragma unroll
-          for (int b = 0; b < 4; ++b)
-            if (lb + b < kbl) promote(b);
+        for (int gi = 0; gi < kGroups; ++gi) {
+          if (gi + 1 < kGroups) {
+            issue_group(gi + 1);
+            fp8_sm90::wgmma_wait<1>();
+          } else {
+            fp8_sm90::wgmma_wait<0>();
+          }
+          promote_group(gi);
         }
-      };
-      issue_group(0);
+      } else {
+        // Prefill tiles (8 groups): per (block, m64 tile) one wgmma at N = 64 (all groups at
+        // once, one instruction instead of 8), then every group's promotion of it; the next
+        // (block, tile)'s wgmma is in flight meanwhile (two partial sets of 32 registers). Per
+        // output element the operations and their order (K order) are the per-group loop's.
+        static_assert(kGroups == 8, "the N = 64 wgmma covers 8 groups");
+        constexpr int kUnits = 4 * kMTiles;  // (block, tile) = (u / kMTiles, u % kMTiles)
+        float dn[2][32];
+        auto issue_unit = [&](int u) {
+          const int b = u / kMTiles, mt = u % kMTiles;
+          fp8_sm90::wgmma_fence();
+          wgmma_rs_m64n64k32(dn[u & 1], a[b][mt], act_block_desc(bstage + b * 256, kBStageBytes));
+          fp8_sm90::wgmma_commit();
+        };
+        // The block's activation scales (8 groups x tokens 2 t4, 2 t4 + 1), read at its first
+        // tile and kept for the second.
+        float sxf[kGroups][2];
+        const uint8_t* sx_t = sx + 2 * t4 * kbl_max + lb;  // token 2 t4's scale bytes, this stage
+        auto promote_unit = [&](int u) {
+          const int b = u / kMTiles, mt = u % kMTiles;
+          float* dd = dn[u & 1];
 #pragma unroll
-      for (int gi = 0; gi < kGroups; ++gi) {
-        if (gi + 1 < kGroups) {
-          issue_group(gi + 1);
-          fp8_sm90::wgmma_wait<1>();
-        } else {
-          fp8_sm90::wgmma_wait<0>();
+          for (int i = 0; i < 32; ++i)
+            fp8_sm90::fence_regs(dd[i]);
+          if (lb + b >= kbl) return;  // a partial last stage: its blocks past k are not promoted
+          if (mt == 0) {
+#pragma unroll
+            for (int gi = 0; gi < kGroups; ++gi) {
+              const uint8_t* q = sx_t + 8 * gi * kbl_max + b;
+              sxf[gi][0] = __uint_as_float(static_cast<uint32_t>(q[0]) << 23);
+              sxf[gi][1] = __uint_as_float(static_cast<uint32_t>(q[kbl_max]) << 23);
+            }
+          }
+          const float sw0 = sw_of(b, mt, 0), sw1 = sw_of(b, mt, 1);
+#pragma unroll
+          for (int gi = 0; gi < kGroups; ++gi) {
+            acc[gi][mt][0] = fmaf(dd[4 * gi + 0] * sw0, sxf[gi][0], acc[gi][mt][0]);
+            acc[gi][mt][2] = fmaf(dd[4 * gi + 2] * sw1, sxf[gi][0], acc[gi][mt][2]);
+            acc[gi][mt][1] = fmaf(dd[4 * gi + 1] * sw0, sxf[gi][1], acc[gi][mt][1]);
+            acc[gi][mt][3] = fmaf(dd[4 * gi + 3] * sw1, sxf[gi][1], acc[gi][mt][3]);
+          }
+        };
+        issue_unit(0);
+#pragma unroll
+        for (int u = 0; u < kUnits; ++u) {
+          if (u + 1 < kUnits) {
+            issue_unit(u + 1);
+            fp8_sm90::wgmma_wait<1>();
+          } else {
+            fp8_sm90::wgmma_wait<0>();
+          }
+          promote_unit(u);
         }
-        promote_group(gi);
       }
       __syncwarp();
       if (s + kRing - 1 < nstages) {
