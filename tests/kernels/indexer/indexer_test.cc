@@ -115,8 +115,8 @@ struct KeyCache {
 // score bitwise against cpu::indexer_score<float>, and that the stride padding is untouched.
 void check_scores(KeyCache& cache, const std::vector<int32_t>& seq,
                   const std::vector<int32_t>& visible, int64_t n_cols, uint64_t seed,
-                  bool rows_share_keys, int exp_range = 1,
-                  std::vector<float>* scores_out = nullptr) {
+                  bool rows_share_keys, int exp_range = 1, std::vector<float>* scores_out = nullptr,
+                  const std::function<void(std::vector<float>&)>& edit_weights = {}) {
   Stream stream;
   const int64_t rows = static_cast<int64_t>(seq.size());
   std::mt19937_64 rng(seed);
@@ -131,6 +131,7 @@ void check_scores(KeyCache& cache, const std::vector<int32_t>& seq,
   // Weights of the size weights_proj(x) * 128^-1/2 * 32^-1/2 gives, both signs.
   std::vector<float> w =
       dense_test::random_normal(static_cast<size_t>(rows * kHeads), seed + 1, 1.0f / 64.0f);
+  if (edit_weights) edit_weights(w);
   const int64_t stride = n_cols + 5;
   auto q_dev = upload(q, stream.get(), "q");
   auto w_dev = upload(w, stream.get(), "weights");
@@ -199,6 +200,23 @@ TEST(IndexerKernel, DecodeScoresBitwiseBatchOfSequences) {
     check_scores(cache, {0, 1, 2, 3, 4, 5}, {1, 100, 4096, 65536, 777, 2500}, 65536, 22, false,
                  exp_range);
   }
+}
+
+// Weights whose product with a head's q scale is not a normal float (so the decode kernel's
+// relu(S * ks) * (qs * w) would round twice): those rows must take the per-block path; a zero
+// weight may stay on the fast one. Row 0 keeps ordinary weights.
+TEST(IndexerKernel, DecodeScoresBitwiseWithTinyAndZeroWeights) {
+  DI_REQUIRE_GPU();
+  Stream stream;
+  const std::vector<int64_t> lens = {3000, 3000, 3000};
+  KeyCache cache(lens, 41, 0, stream.get());
+  check_scores(cache, {0, 1, 2}, {3000, 2999, 2048}, 3000, 42, false, 0, nullptr,
+               [](std::vector<float>& w) {
+                 w[1 * kHeads + 5] = 1e-39f;   // a subnormal weight
+                 w[1 * kHeads + 6] = -3e-38f;  // normal, but qs * w is subnormal
+                 w[2 * kHeads + 0] = 0.0f;
+                 w[2 * kHeads + 31] = -0.0f;
+               });
 }
 
 TEST(IndexerKernel, PrefillScoresBitwiseCausal) {

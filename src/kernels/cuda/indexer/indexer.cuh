@@ -36,6 +36,8 @@ namespace indexer_detail {
 // indexer_score's generic-width kernel (indexer_score_generic.cu); called by indexer_score after
 // it validated the Params, never directly.
 void indexer_score_generic(const IndexerScoreParams& params, cudaStream_t stream);
+// indexer_score's decode kernel for 32 x 128 (indexer_score_decode.cu), likewise.
+void indexer_score_decode(const IndexerScoreParams& params, cudaStream_t stream);
 }  // namespace indexer_detail
 
 }  // namespace di

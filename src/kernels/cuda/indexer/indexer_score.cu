@@ -40,73 +40,21 @@
 #include "common/check.h"
 #include "common/fp8.h"
 #include "kernels/cuda/indexer/indexer.cuh"
+#include "kernels/cuda/indexer/indexer_score_common.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace di {
 namespace {
 
+using namespace indexer_detail;  // NOLINT(google-build-using-namespace): the shared helpers
+
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kBatchKeys = 32;                         // keys per warp batch (4 mma N-tiles)
-constexpr int kStageStride = 36;                       // floats per key in the head-sum stage
-constexpr int kBlocks = kIndexDim / kIndexScaleBlock;  // 4 scale blocks per head
-constexpr int kTileBytes = 144;                        // one staged key: 128 int8 + 4 fp32 scales
-constexpr int kPrefillRows = kWarps;                   // query rows per CTA (prefill)
-constexpr int kPrefillStepKeys = 64;                   // keys staged per CTA step (prefill)
-constexpr int kDecodeStepKeys = 128;                   // keys staged per CTA step (decode)
-// 1.5 * 2^23 as int32 bits: the mma accumulator starts at these bits, so it ends as the fp32
-// bits of 1.5 * 2^23 + S (exact for |S| < 2^22; here |S| <= 1,179,648: four pre-shifted blocks
-// of 32 products of at most 96 * 96), and the int -> float
-// conversion is one fused multiply-add instead of a quarter-rate I2F.
-constexpr int kMagicBits = 0x4B400000;
-constexpr float kMagic = 12582912.0f;
-
-// prmt.b32 in the default mode: byte n of the result is byte (c >> 4n) & 7 of {b, a}, or that
-// byte's sign replicated when bit 4n + 3 of c is set (__byte_perm does not expose the latter).
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-  return r;
-}
-
-// Four e2m1 codes (16 bits, element i in bits 4i..4i+3) -> four int8 values 2 * e2m1 in the
-// bytes of the result (element i in byte i).
-__device__ __forceinline__ uint32_t e2m1x4_to_s8x4(uint32_t codes) {
-  const uint32_t mag = codes & 0x7777u;
-  const uint32_t pos = prmt(0x03020100u, 0x0C080604u, mag);  // 0 1 2 3 | 4 6 8 12
-  const uint32_t neg = prmt(0xFDFEFF00u, 0xF4F8FAFCu, mag);  // negated
-  const uint32_t sign = codes & 0x8888u;
-  // Selector 0x9 (byte 1 = 0x80, sign replicated) -> 0xFF where the code is negative, else
-  // selector 0x0 (byte 0 = 0x00).
-  const uint32_t mask = prmt(0x00008000u, 0u, sign | (sign >> 3));
-  return (pos & ~mask) | (neg & mask);
-}
-
-// c = A * B + magic (s8 x s8 -> s32, K = 32: one scale block).
-__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                       uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%10, %10, %10, %10};"
-      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(kMagicBits));
-}
-
-// c = A * B + c: the four blocks of a head chained in one integer accumulator.
-__device__ __forceinline__ void mma_s8_acc(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                           uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Four int8 values each shifted left by d (0 .. 3; the values stay within [-96, 96]): the word
-// shift moves each byte's top bits into the next byte's low d bits, which the mask clears.
-__device__ __forceinline__ uint32_t shl_s8x4(uint32_t v, uint32_t d) {
-  return (v << d) & (0x01010101u * ((0xFFu << d) & 0xFFu));
-}
+constexpr int kBatchKeys = 32;  // keys per warp batch (4 mma N-tiles)
+constexpr int kBlocks = kScoreBlocks;
+constexpr int kTileBytes = 144;       // one staged key: 128 int8 + 4 fp32 scales
+constexpr int kPrefillRows = kWarps;  // query rows per CTA (prefill)
+constexpr int kPrefillStepKeys = 64;  // keys staged per CTA step (prefill)
 
 // Exponent alignment of one 128-dim row (q head or key) with UE8M0 scale bytes `word`: block
 // b's int8 values are shifted left by d_b = min(e_b - e_min, 3) and its scale byte lowered to
@@ -134,20 +82,6 @@ __device__ __forceinline__ BlockAlign align_blocks(uint32_t word) {
   }
   al.uniform = hi - lo <= 3u;
   return al;
-}
-
-__device__ __forceinline__ uint32_t load_word(const uint8_t* p) {
-  return __ldg(reinterpret_cast<const uint32_t*>(p));
-}
-
-// 2^(byte - 127) as the reference's e8m0_to_float for bytes 0 .. 254 (byte 0 is 2^-127, a
-// subnormal). 255 (NaN) never comes out of the UE8M0 quantiser.
-__device__ __forceinline__ float scale_from_byte(uint32_t byte) {
-  return __uint_as_float(max(byte << 23, 0x00400000u));
-}
-
-__device__ __forceinline__ float neg_inf() {
-  return -__int_as_float(0x7F800000);
 }
 
 // One query row in registers: the A fragments of M-tile m (heads 16m .. 16m + 15) and block b
@@ -269,37 +203,9 @@ struct QueryRow {
   }
 };
 
-// Lane L: the ordered sum over the 32 heads of stage row L.
-__device__ __forceinline__ float head_sum(const float* stage, int lane) {
-  const float4* terms = reinterpret_cast<const float4*>(stage + lane * kStageStride);
-  float score = 0.0f;
-#pragma unroll
-  for (int h4 = 0; h4 < kIndexHeads / 4; ++h4) {
-    const float4 v = terms[h4];
-    score = __fadd_rn(score, v.x);
-    score = __fadd_rn(score, v.y);
-    score = __fadd_rn(score, v.z);
-    score = __fadd_rn(score, v.w);
-  }
-  return score;
-}
-
-// The barrier between a step's staging and its use (and before the next step's staging). Decode
-// (one row): warp w stages exactly the keys it scores (keys 16 w .. 16 w + 15 of the step: its 32
-// threads, two a key) and its own head-sum stage, so a warp barrier suffices and the warps drift
-// apart, overlapping one warp's conversion with another's tensor-core work. Prefill (8 rows
-// sharing each key): every warp scores every staged key, a CTA barrier.
-template <int kRows>
-__device__ __forceinline__ void step_sync() {
-  if constexpr (kRows == 1) {
-    __syncwarp();
-  } else {
-    __syncthreads();
-  }
-}
-
-// The scoring kernel, decode and prefill. A CTA of 8 warps serves kRows query rows (warp w: row
-// w % kRows) over a chunk of keys_per_cta keys, in steps of kStepKeys keys:
+// The prefill scoring kernel (decode: indexer_score_decode.cu). A CTA of 8 warps serves kRows
+// query rows (warp w: row w % kRows) over a chunk of keys_per_cta keys, in steps of kStepKeys
+// keys:
 //   staging  the CTA loads the step's keys from the page table (256 / kStepKeys threads per key,
 //            each 4 * (4 / threads per key) words of codes + its scale bytes) and converts them
 //            once into shared memory, per key [lane t: 4 blocks x (b0, b1)] then 4 fp32 scales
@@ -308,13 +214,12 @@ __device__ __forceinline__ void step_sync() {
 //            the loads of the whole CTA overlap its tensor-core work;
 //   compute  the warps of a row split the step's keys (kWarpKeys each) and run QueryRow::tile
 //            per 8 keys, then the ordered head sum per batch of up to 32 keys.
-// Decode (kRows = 1, 128-key steps): the 8 warps of a CTA split one row's keys. Prefill (kRows =
-// 8, 64-key steps): 8 rows share each staged key, so keys come from L2/HBM once per 8 rows.
+// 8 rows share each staged key, so keys come from L2/HBM once per 8 rows.
 // Rows of different sequences in one CTA are served one sequence after another.
 // grid = (ceil(n_cols / keys_per_cta), ceil(rows / kRows)).
-template <int kRows, int kStepKeys>
 __global__ void __launch_bounds__(kThreads)
     indexer_score_kernel(IndexerScoreParams p, int32_t keys_per_cta) {
+  constexpr int kRows = kPrefillRows, kStepKeys = kPrefillStepKeys;
   cuda_detail::pdl_wait();
   cuda_detail::pdl_launch_dependents();
   constexpr int kWarpKeys = kStepKeys * kRows / kWarps;  // keys of one warp per step
@@ -323,9 +228,6 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kBlocksPerThread = kBlocks / kThreadsPerKey;
   static_assert(kWarpKeys % 8 == 0 && kWarpKeys % kBatch == 0 && kThreads % kStepKeys == 0 &&
                 kBlocks % kThreadsPerKey == 0);
-  // step_sync<1>: the staging thread of key k (tid / kThreadsPerKey) is in the warp that scores
-  // it (warp k / kWarpKeys).
-  static_assert(kRows != 1 || 32 / kThreadsPerKey == kWarpKeys, "decode warps stage their keys");
   __shared__ __align__(16) float stage_all[kWarps][kBatch * kStageStride];
   __shared__ __align__(16) uint8_t keys_sm[kStepKeys * kTileBytes];
   const int tid = static_cast<int>(threadIdx.x);
@@ -423,7 +325,7 @@ __global__ void __launch_bounds__(kThreads)
         const float sc = scale_from_byte(e_b - shift);
         reinterpret_cast<float*>(dst + 128)[b] = (b == 0 && e_hi - e_lo > 3u) ? -sc : sc;
       }
-      step_sync<kRows>();
+      __syncthreads();
       fetch(step0 + kStepKeys + sk, page_next);
       prefetch_l2(step0 + 2 * kStepKeys + sk, page_after);
       page_next = page_after;
@@ -465,7 +367,7 @@ __global__ void __launch_bounds__(kThreads)
           __syncwarp();  // the stage is rewritten by the next batch
         }
       }
-      step_sync<kRows>();  // keys_sm is rewritten by the next step
+      __syncthreads();  // keys_sm is rewritten by the next step
     }
   }
   // The row's keys of the chunk past its visible count (never scored for it): -inf. One warp
@@ -513,32 +415,19 @@ void indexer_score(const IndexerScoreParams& p, cudaStream_t stream) {
     indexer_detail::indexer_score_generic(p, stream);
     return;
   }
-  // Work split (host plan; a score never depends on it). Decode: 8 warps per row, keys_per_cta
-  // sized so that the grid is about 2 CTAs per SM (the query setup of a warp and the staging
-  // pipeline's fill are then amortised over as many keys as the work allows). Prefill (rows
-  // sharing keys, at least 8 of them): 8 rows per CTA share each staged key; 1,024 keys per CTA.
-  const bool prefill = p.rows_share_keys && p.rows >= kPrefillRows;
-  int64_t keys_per_cta = 1024;
-  if (!prefill) {
-    const int sms = current_sm_count();
-    const int64_t target_ctas = 2 * static_cast<int64_t>(sms);
-    const int64_t per_row = std::max<int64_t>(1, target_ctas / p.rows);
-    const int64_t unit = kDecodeStepKeys;
-    keys_per_cta = (p.n_cols + per_row - 1) / per_row;
-    keys_per_cta =
-        std::clamp<int64_t>((keys_per_cta + unit - 1) / unit * unit, 2 * unit, 64 * unit);
+  if (!(p.rows_share_keys && p.rows >= kPrefillRows)) {
+    indexer_detail::indexer_score_decode(p, stream);
+    return;
   }
-  const int64_t row_groups = prefill ? (p.rows + kPrefillRows - 1) / kPrefillRows : p.rows;
+  // Work split (host plan; a score never depends on it). Prefill (rows sharing keys, at least 8
+  // of them): 8 rows per CTA share each staged key; 1,024 keys per CTA.
+  constexpr int64_t kKeysPerCta = 1024;
+  const int64_t row_groups = (p.rows + kPrefillRows - 1) / kPrefillRows;
   DI_CHECK(row_groups <= 65535, "indexer_score: {} rows is too many for one launch", p.rows);
-  const dim3 grid(static_cast<unsigned>((p.n_cols + keys_per_cta - 1) / keys_per_cta),
+  const dim3 grid(static_cast<unsigned>((p.n_cols + kKeysPerCta - 1) / kKeysPerCta),
                   static_cast<unsigned>(row_groups));
-  if (prefill) {
-    cuda_detail::launch_pdl(indexer_score_kernel<kPrefillRows, kPrefillStepKeys>, grid, kThreads, 0,
-                            stream, p, static_cast<int32_t>(keys_per_cta));
-  } else {
-    cuda_detail::launch_pdl(indexer_score_kernel<1, kDecodeStepKeys>, grid, kThreads, 0, stream, p,
-                            static_cast<int32_t>(keys_per_cta));
-  }
+  cuda_detail::launch_pdl(indexer_score_kernel, grid, kThreads, 0, stream, p,
+                          static_cast<int32_t>(kKeysPerCta));
   DI_CUDA_CHECK(cudaGetLastError());
 }
 
