@@ -89,13 +89,17 @@ __device__ __forceinline__ Operands operands(uint32_t w, uint4 table) {
           prmt(table.z, table.w, w ^ 0x8888u), prmt(table.z, table.w, hi ^ 0x8888u)};
 }
 
+// Byte i of a word, zero-extended: one prmt (selector 0x444i: byte i, then zero bytes of b = 0).
+__device__ __forceinline__ uint32_t byte_of(uint32_t word, uint32_t i) {
+  return prmt(word, 0u, 0x4440u | i);
+}
+
 // Exponent bytes of a scale word: the lowest and the highest.
 struct Exponents {
   uint32_t lo, hi;
 };
 __device__ __forceinline__ Exponents exponents(uint32_t word) {
-  const uint32_t e0 = word & 0xFFu, e1 = (word >> 8) & 0xFFu, e2 = (word >> 16) & 0xFFu,
-                 e3 = word >> 24;
+  const uint32_t e0 = word & 0xFFu, e1 = byte_of(word, 1), e2 = byte_of(word, 2), e3 = word >> 24;
   return {min(min(e0, e1), min(e2, e3)), max(max(e0, e1), max(e2, e3))};
 }
 
@@ -153,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const uint8_t* qh = q + h * kIndexKeyBytes;
     const uint32_t sw = load_word(qh + kIndexDim / 2);
     const Exponents ex = exponents(sw);
-    const uint32_t d = min(((sw >> (8 * t)) & 0xFFu) - ex.lo, 3u);
+    const uint32_t d = min(byte_of(sw, t) - ex.lo, 3u);
     const float w = __ldg(p.weights + r * kIndexHeads + h);
     const float qs = __fmul_rn(scale_from_byte(ex.lo), 0.25f);  // exact: a power of two
     qw[s] = __fmul_rn(qs, w);
@@ -183,9 +187,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   const int32_t* seq_pages =
       p.keys.pages + static_cast<int64_t>(__ldg(p.row_seq + r)) * p.keys.pages_stride;
-  // The entry of `key`, or null past the scored keys (whose page ids may be anything).
+  // The entry of `key`. Past the scored keys (whose page ids may be anything) the pool's first
+  // entry stands in: its words are loaded and scored like any key's (no predicated loads, no
+  // zeroing) and those scores are never stored.
   auto entry_of = [&](int32_t key) -> const uint8_t* {
-    if (key >= end) return nullptr;
+    if (key >= end) return p.keys.pool;
     const uint32_t page_index = per_page.div(static_cast<uint32_t>(key));
     const int32_t slot = key - static_cast<int32_t>(page_index) * p.keys.entries_per_page;
     const int32_t page = __ldg(seq_pages + page_index);
@@ -194,15 +200,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   };
   // Lane (g, t)'s words of the key whose entry lane `src` of `entries` holds.
   auto fetch = [&](const uint8_t* entries, int src) {
-    KeyWords k{};
+    KeyWords k;
     k.entry = reinterpret_cast<const uint8_t*>(
         __shfl_sync(0xFFFFFFFFu, reinterpret_cast<uintptr_t>(entries), src));
-    if (k.entry != nullptr) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        k.w[j] = load_word(k.entry + 16 * t + 4 * j);
-      k.scale = load_word(k.entry + kIndexDim / 2);
-    }
+    for (int j = 0; j < 4; ++j)
+      k.w[j] = load_word(k.entry + 16 * t + 4 * j);
+    k.scale = load_word(k.entry + kIndexDim / 2);
     return k;
   };
   auto batch_key0 = [&](int i) { return chunk0 + (i * kWarps + warp) * kBatchKeys; };
@@ -213,14 +217,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* stage = stage_all[warp];
   const uint8_t* entries = entry_of(batch_key0(0) + lane);
   const uint8_t* entries_next = entry_of(batch_key0(1) + lane);
-  if (entries_next != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(entries_next));
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(entries_next));
   KeyWords next = fetch(entries, g);
   for (int i = 0;; ++i) {
     const int32_t key0 = batch_key0(i);
     if (key0 >= chunk_end) break;
     if (key0 < end) {
       const uint8_t* entries_after = entry_of(batch_key0(i + 2) + lane);
-      if (entries_after != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(entries_after));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(entries_after));
 #pragma unroll
       for (int tile = 0; tile < kTiles; ++tile) {
         const KeyWords cur = next;
@@ -228,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         const Exponents ex = exponents(cur.scale);
         float* tile_stage = stage + (8 * tile + 2 * t) * kStageStride + 4 * g;
         if (fast && __all_sync(0xFFFFFFFFu, ex.hi - ex.lo <= 3u)) {
-          const uint32_t d = min(((cur.scale >> (8 * t)) & 0xFFu) - ex.lo, 3u);
+          const uint32_t d = min(byte_of(cur.scale, t) - ex.lo, 3u);
           const uint4 table = tables[d];
           const float ks_mine = scale_from_byte(ex.lo);
           const float ks[2] = {__shfl_sync(0xFFFFFFFFu, ks_mine, 8 * t),
@@ -262,12 +266,10 @@ __global__ void __launch_bounds__(kThreads, 2)
           }
         } else {
           // The per-block path. Lane t: word t of each block of key g.
-          uint32_t wb[4] = {0u, 0u, 0u, 0u};
-          if (cur.entry != nullptr) {
+          uint32_t wb[4];
 #pragma unroll
-            for (int b = 0; b < 4; ++b)
-              wb[b] = load_word(cur.entry + 16 * b + 4 * t);
-          }
+          for (int b = 0; b < 4; ++b)
+            wb[b] = load_word(cur.entry + 16 * b + 4 * t);
           const uint32_t sw[2] = {__shfl_sync(0xFFFFFFFFu, cur.scale, 8 * t),
                                   __shfl_sync(0xFFFFFFFFu, cur.scale, 8 * t + 4)};
           float dot[4][2] = {};
