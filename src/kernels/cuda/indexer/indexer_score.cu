@@ -22,10 +22,13 @@
 // does not depend on it. A query row's A fragments (2 M-tiles x 4 blocks = 32 registers), scales
 // and weights are loaded once per warp and CTA.
 //
-// The ordered head sum: each lane holds relu(dot) * w for heads {g, g+8, g+16, g+24} x keys
-// {2t, 2t+1} of every tile; they go to a per-warp shared stage [keys][36 floats] (stride 36:
-// conflict-free stores and conflict-free 16-byte loads), then lane L adds the 32 heads of key L
-// in order and stores one coalesced score.
+// The ordered head sum: each lane holds relu(dot) * w for heads 4g .. 4g + 3 x keys {2t, 2t+1}
+// of every tile (stage_heads: the A rows are permuted so that a lane's rows are consecutive
+// heads); they go to a per-warp shared stage [keys][36 floats] as two 16-byte stores a tile
+// (stride 36: conflict-free stores and loads), then lane L adds the 32 heads of key L in order
+// and stores one coalesced score. In the uniform path relu(dot) * w is computed as
+// relu(S * ks) * (qs * w), one rounding like the reference's, where qs * w is exact (a row where
+// it is not takes the per-block path).
 //
 // Work split and key staging: see indexer_score_kernel.
 //
@@ -33,6 +36,7 @@
 // of indexer_score_generic.cu from the one launcher below, after the same validation.
 
 #include <algorithm>
+#include <cfloat>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -84,14 +88,15 @@ __device__ __forceinline__ BlockAlign align_blocks(uint32_t word) {
   return al;
 }
 
-// One query row in registers: the A fragments of M-tile m (heads 16m .. 16m + 15) and block b
-// (register 0/2: head 16m + g, dims 8t .. 8t + 3 / 8t + 4 .. 8t + 7 of the block; registers 1/3:
-// head 16m + g + 8), exponent-aligned per head (align_blocks), and for head slot s (head g + 8s,
-// the accumulator rows this lane holds: M-tile s / 2, registers s % 2 and s % 2 + 2) the
-// adjusted q scale / 4 per block and the head weight. `uniform`: every head of the row is.
+// One query row in registers: the A fragments of M-tile m and block b (register 0/2: head
+// 4g + 2m, dims 8t .. 8t + 3 / 8t + 4 .. 8t + 7 of the block; registers 1/3: head 4g + 2m + 1),
+// exponent-aligned per head (align_blocks), and for head slot s (head 4g + s, the accumulator
+// rows this lane holds: M-tile s / 2, registers s % 2 and s % 2 + 2) the adjusted q scale / 4
+// per block, the head weight and qs * w. `uniform`: every head of the row is, and every qs * w
+// is exact.
 struct QueryRow {
   uint32_t a[2][kBlocks][4];
-  float qs[4][kBlocks], w[4];
+  float qs[4][kBlocks], w[4], qw[4];
   bool uniform;
 
   __device__ __forceinline__ void load(const IndexerScoreParams& p, int64_t r, int g, int t) {
@@ -100,8 +105,8 @@ struct QueryRow {
     for (int m = 0; m < 2; ++m) {
 #pragma unroll
       for (int b = 0; b < kBlocks; ++b) {
-        const uint32_t lo = load_word(q + (16 * m + g) * kIndexKeyBytes + 16 * b + 4 * t);
-        const uint32_t hi = load_word(q + (16 * m + g + 8) * kIndexKeyBytes + 16 * b + 4 * t);
+        const uint32_t lo = load_word(q + (4 * g + 2 * m) * kIndexKeyBytes + 16 * b + 4 * t);
+        const uint32_t hi = load_word(q + (4 * g + 2 * m + 1) * kIndexKeyBytes + 16 * b + 4 * t);
         a[m][b][0] = e2m1x4_to_s8x4(lo & 0xFFFFu);
         a[m][b][2] = e2m1x4_to_s8x4(lo >> 16);
         a[m][b][1] = e2m1x4_to_s8x4(hi & 0xFFFFu);
@@ -112,8 +117,7 @@ struct QueryRow {
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const BlockAlign al =
-          align_blocks(load_word(q + (g + 8 * s) * kIndexKeyBytes + kIndexDim / 2));
-      all_uniform = all_uniform && al.uniform;
+          align_blocks(load_word(q + (4 * g + s) * kIndexKeyBytes + kIndexDim / 2));
       const int m = s / 2, reg = s % 2;
 #pragma unroll
       for (int b = 0; b < kBlocks; ++b) {
@@ -121,7 +125,12 @@ struct QueryRow {
         a[m][b][reg] = shl_s8x4(a[m][b][reg], al.shift[b]);
         a[m][b][reg + 2] = shl_s8x4(a[m][b][reg + 2], al.shift[b]);
       }
-      w[s] = __ldg(p.weights + r * kIndexHeads + g + 8 * s);
+      w[s] = __ldg(p.weights + r * kIndexHeads + 4 * g + s);
+      // The uniform path applies qs * w in one multiply: exact when that product is a normal
+      // float (qs is a power of two) or w is 0; otherwise the row takes the per-block path.
+      qw[s] = __fmul_rn(qs[s][0], w[s]);
+      const bool exact = w[s] == 0.0f || (fabsf(qw[s]) >= FLT_MIN && fabsf(qw[s]) <= FLT_MAX);
+      all_uniform = all_uniform && al.uniform && exact;
     }
     uniform = __all_sync(0xFFFFFFFFu, all_uniform);
   }
@@ -145,23 +154,24 @@ struct QueryRow {
       mma_s8_acc(c[0], a[0][b], b0[b], b1[b]);
       mma_s8_acc(c[1], a[1][b], b0[b], b1[b]);
     }
+    // relu(S * ks) * (qs * w) is relu(dot) * w rounded once (qs > 0 a power of two, qs * w
+    // exact: checked in load).
     const float nmk[2] = {__fmul_rn(-kMagic, ks[0]), __fmul_rn(-kMagic, ks[1])};
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
+    for (int e = 0; e < 2; ++e) {
+      float v[4];
 #pragma unroll
-      for (int v = 0; v < 4; ++v) {
-        const int s = 2 * m + v / 2, e = v % 2;  // c[m][v]: head g + 8s, key 2t + e
-        const float sk = __fmaf_rn(__int_as_float(c[m][v]), ks[e], nmk[e]);
-        const float d = __fmul_rn(sk, qs[s][0]);
-        const float relu = d < 0.0f ? 0.0f : d;  // std::max(d, 0) of the reference
-        stage[(key_row0 + 2 * t + e) * kStageStride + g + 8 * s] = __fmul_rn(relu, w[s]);
+      for (int s = 0; s < 4; ++s) {
+        const float sk = __fmaf_rn(__int_as_float(c[s / 2][2 * (s % 2) + e]), ks[e], nmk[e]);
+        v[s] = __fmul_rn(fmaxf(sk, 0.0f), qw[s]);
       }
+      stage_heads(stage, key_row0 + 2 * t + e, g, v);
     }
   }
 
   // One N-tile of 8 keys: b0/b1[b] the B fragments of block b (key g of the tile), ks[e][b] the
-  // scale of key 2t + e. Writes relu(dot) * w of heads {g, g+8, g+16, g+24} x keys {2t, 2t+1}
-  // to stage rows key_row0 + 2t + e.
+  // scale of key 2t + e. Writes relu(dot) * w of heads 4g .. 4g + 3 x keys {2t, 2t+1} to stage
+  // rows key_row0 + 2t + e.
   __device__ __forceinline__ void tile(const uint32_t (&b0)[kBlocks], const uint32_t (&b1)[kBlocks],
                                        const float (&ks)[2][kBlocks], float* stage, int key_row0,
                                        int g, int t) const {
@@ -182,7 +192,7 @@ struct QueryRow {
       for (int m = 0; m < 2; ++m) {
 #pragma unroll
         for (int v = 0; v < 4; ++v) {
-          const int s = 2 * m + v / 2, e = v % 2;  // c[m][v]: head g + 8s, key 2t + e
+          const int s = 2 * m + v / 2, e = v % 2;  // c[m][v]: head 4g + s, key 2t + e
           // S * k_scale exactly ((magic + S) * ks - magic * ks: an exact value, rounded once),
           // then dot + that * q_scale / 4 with one rounding of the exact sum: the reference's
           // dot + block_sum.
@@ -192,13 +202,14 @@ struct QueryRow {
       }
     }
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
+    for (int e = 0; e < 2; ++e) {
+      float v[4];
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
+      for (int s = 0; s < 4; ++s) {
         const float d = dot[s][e];
-        const float relu = d < 0.0f ? 0.0f : d;  // std::max(d, 0) of the reference
-        stage[(key_row0 + 2 * t + e) * kStageStride + g + 8 * s] = __fmul_rn(relu, w[s]);
+        v[s] = __fmul_rn(d < 0.0f ? 0.0f : d, w[s]);  // std::max(d, 0) * w of the reference
       }
+      stage_heads(stage, key_row0 + 2 * t + e, g, v);
     }
   }
 };

@@ -79,6 +79,14 @@ __device__ __forceinline__ float neg_inf() {
   return -__int_as_float(0x7F800000);
 }
 
+// Lane g's accumulator rows hold heads 4g .. 4g + 3 (A row R of M-tile m is head 4 (R % 8) + 2m +
+// R / 8): its four outputs for one key go to that key's stage row as one 16-byte store (with
+// stride 36 the 8 lanes of a quarter-warp, (g, t) for keys 2t + e, hit 32 distinct banks).
+__device__ __forceinline__ void stage_heads(float* stage, int key_row, int g, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(stage + key_row * kStageStride + 4 * g) =
+      make_float4(v[0], v[1], v[2], v[3]);
+}
+
 // Lane L: the ordered sum over the 32 heads of stage row L.
 __device__ __forceinline__ float head_sum(const float* stage, int lane) {
   const float4* terms = reinterpret_cast<const float4*>(stage + lane * kStageStride);

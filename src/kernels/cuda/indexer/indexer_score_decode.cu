@@ -230,7 +230,6 @@ __global__ void __launch_bounds__(kThreads, 2)
         const KeyWords cur = next;
         next = tile + 1 < kTiles ? fetch(entries, 8 * (tile + 1) + g) : fetch(entries_next, g);
         const Exponents ex = exponents(cur.scale);
-        float* tile_stage = stage + (8 * tile + 2 * t) * kStageStride + 4 * g;
         if (fast && __all_sync(0xFFFFFFFFu, ex.hi - ex.lo <= 3u)) {
           const uint32_t d = min(byte_of(cur.scale, t) - ex.lo, 3u);
           const uint4 table = tables[d];
@@ -261,8 +260,7 @@ __global__ void __launch_bounds__(kThreads, 2)
               const float sk = __fmaf_rn(__int_as_float(c[s / 2][2 * (s % 2) + e]), ks[e], nmk[e]);
               v[s] = __fmul_rn(fmaxf(sk, 0.0f), qw[s]);
             }
-            *reinterpret_cast<float4*>(tile_stage + e * kStageStride) =
-                make_float4(v[0], v[1], v[2], v[3]);
+            stage_heads(stage, 8 * tile + 2 * t + e, g, v);
           }
         } else {
           // The per-block path. Lane t: word t of each block of key g.
@@ -307,8 +305,7 @@ __global__ void __launch_bounds__(kThreads, 2)
               v[s] =
                   __fmul_rn(d < 0.0f ? 0.0f : d, __uint_as_float(my_row[48 + s]));  // max(d, 0) * w
             }
-            *reinterpret_cast<float4*>(tile_stage + e * kStageStride) =
-                make_float4(v[0], v[1], v[2], v[3]);
+            stage_heads(stage, 8 * tile + 2 * t + e, g, v);
           }
         }
       }
