@@ -44,6 +44,7 @@
 #include "common/check.h"
 #include "common/fast_div.h"
 #include "kernels/cuda/indexer/indexer.cuh"
+#include "kernels/cuda/indexer/indexer_operands.h"
 #include "kernels/cuda/indexer/indexer_score_common.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -60,23 +61,9 @@ constexpr int kCtaBatchKeys = kWarps * kBatchKeys;  // keys of one batch round o
 constexpr int kRowStride = 52;  // words per lane in the per-block row data (conflict-free)
 
 // The d = 0 tables (the per-block path, unshifted): P = {0, 2, 3, 4 | 5, 7, 9, 13},
-// N = {0, -1, -2, -3 | -4, -6, -8, -12}.
-constexpr uint32_t kP0Lo = 0x04030200u, kP0Hi = 0x0D090705u;
-constexpr uint32_t kN0Lo = 0xFDFEFF00u, kN0Hi = 0xF4F8FAFCu;
-
-// Word `which` (0: P of m = 0..3, 1: P of m = 4..7, 2 / 3: N likewise) of the tables for the
-// alignment shift d.
-__device__ uint32_t table_word(int d, int which) {
-  constexpr int kMag[8] = {0, 1, 2, 3, 4, 6, 8, 12};
-  uint32_t word = 0;
-  for (int i = 0; i < 4; ++i) {
-    const int m = 4 * (which & 1) + i;
-    const int v = kMag[m] << d;
-    const int byte = which < 2 ? v + (m > 0 ? 1 : 0) : -v;
-    word |= static_cast<uint32_t>(byte & 0xFF) << (8 * i);
-  }
-  return word;
-}
+// N = {0, -1, -2, -3 | -4, -6, -8, -12} (indexer_operands.h).
+constexpr uint32_t kP0Lo = pn_table_word(0, 0), kP0Hi = pn_table_word(0, 1);
+constexpr uint32_t kN0Lo = pn_table_word(0, 2), kN0Hi = pn_table_word(0, 3);
 
 // The four P / N operand words of one code word (8 codes: dims 8 .. 8 + 7 of a word, element i
 // in nibble i): lo / hi = elements 0..3 / 4..7.
@@ -141,7 +128,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     return;
   }
   if (tid < 16) {
-    reinterpret_cast<uint32_t*>(tables)[tid] = table_word(tid / 4, tid % 4);
+    reinterpret_cast<uint32_t*>(tables)[tid] = pn_table_word(tid / 4, tid % 4);
   }
 
   // The query row: uniform-layout fragments (shifted per head) in registers, block-layout data
