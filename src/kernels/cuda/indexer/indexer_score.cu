@@ -154,19 +154,7 @@ struct QueryRow {
       mma_s8_acc(c[0], a[0][b], b0[b], b1[b]);
       mma_s8_acc(c[1], a[1][b], b0[b], b1[b]);
     }
-    // relu(S * ks) * (qs * w) is relu(dot) * w rounded once (qs > 0 a power of two, qs * w
-    // exact: checked in load).
-    const float nmk[2] = {__fmul_rn(-kMagic, ks[0]), __fmul_rn(-kMagic, ks[1])};
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float v[4];
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        const float sk = __fmaf_rn(__int_as_float(c[s / 2][2 * (s % 2) + e]), ks[e], nmk[e]);
-        v[s] = __fmul_rn(fmaxf(sk, 0.0f), qw[s]);
-      }
-      stage_heads(stage, key_row0 + 2 * t + e, g, v);
-    }
+    stage_uniform_tile(c, ks, qw, stage, key_row0, g, t);  // qs * w exact: checked in load
   }
 
   // One N-tile of 8 keys: b0/b1[b] the B fragments of block b (key g of the tile), ks[e][b] the

@@ -87,6 +87,26 @@ __device__ __forceinline__ void stage_heads(float* stage, int key_row, int g, co
       make_float4(v[0], v[1], v[2], v[3]);
 }
 
+// The uniform path's outputs of one tile: c[m][v] holds magic + S of head 4g + 2m + v / 2 and
+// key 2t + v % 2 (S the chained integer dot, exact), ks[e] the common scale of key 2t + e, qw[s]
+// qs * w of head 4g + s (exact). relu(S * ks) * (qs * w) is the reference's relu(dot) * w with
+// its one rounding: (magic + S) * ks - magic * ks is S * ks exactly, qs > 0 is a power of two.
+__device__ __forceinline__ void stage_uniform_tile(const int (&c)[2][4], const float (&ks)[2],
+                                                   const float (&qw)[4], float* stage, int key_row0,
+                                                   int g, int t) {
+  const float nmk[2] = {__fmul_rn(-kMagic, ks[0]), __fmul_rn(-kMagic, ks[1])};
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    float v[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const float sk = __fmaf_rn(__int_as_float(c[s / 2][2 * (s % 2) + e]), ks[e], nmk[e]);
+      v[s] = __fmul_rn(fmaxf(sk, 0.0f), qw[s]);
+    }
+    stage_heads(stage, key_row0 + 2 * t + e, g, v);
+  }
+}
+
 // Lane L: the ordered sum over the 32 heads of stage row L.
 __device__ __forceinline__ float head_sum(const float* stage, int lane) {
   const float4* terms = reinterpret_cast<const float4*>(stage + lane * kStageStride);

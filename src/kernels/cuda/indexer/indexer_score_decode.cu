@@ -237,18 +237,7 @@ __global__ void __launch_bounds__(kThreads, 2)
               mma_s8_acc(c[m], a[m][j], o.n_lo, o.n_hi);
             }
           }
-          // c[m][v]: head 4g + 2m + v / 2, key 2t + v % 2. S * ks exactly, relu, times qs * w.
-          const float nmk[2] = {__fmul_rn(-kMagic, ks[0]), __fmul_rn(-kMagic, ks[1])};
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float v[4];
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-              const float sk = __fmaf_rn(__int_as_float(c[s / 2][2 * (s % 2) + e]), ks[e], nmk[e]);
-              v[s] = __fmul_rn(fmaxf(sk, 0.0f), qw[s]);
-            }
-            stage_heads(stage, 8 * tile + 2 * t + e, g, v);
-          }
+          stage_uniform_tile(c, ks, qw, stage, 8 * tile, g, t);
         } else {
           // The per-block path. Lane t: word t of each block of key g.
           uint32_t wb[4];
