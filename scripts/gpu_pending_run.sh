@@ -8,6 +8,8 @@
 #   bash scripts/gpu_pending_run.sh 1  # chains and ctas5: indexer_kernel_test (scores bitwise the
 #                                      # CPU's); indexer_bench score alternated with main; the
 #                                      # warp stalls of both at 64 rows
+#   bash scripts/gpu_pending_run.sh 2  # the same, trimmed: the decode tests, indexer_bench score
+#                                      # 64 / 8 / 1 alternated (a short device budget)
 # The bundle, built here:
 #   bash scripts/gpu_ab_prepare.sh main=indexer_kernel_test,indexer_bench \
 #     chains@indexer-decode-chains=indexer_kernel_test,indexer_bench \
@@ -44,5 +46,22 @@ case "${1:-1}" in
         "${out}/stalls-${v}_b64.txt"
     done
     ;;
-  *) echo "gpu_pending_run: phase 1" >&2; exit 2 ;;
+  2)
+    # Phase 1 trimmed to the decode cases that matter (for a short device budget).
+    for v in chains ctas5; do
+      timeout 60 .carry/ab/"${v}"/indexer_kernel_test --gtest_filter='IndexerKernel.Decode*' \
+        > "${out}/${v}_test.log" 2>&1
+      echo "== ${v} indexer_kernel_test Decode*: rc $?"; summary "${out}/${v}_test.log"
+    done
+    for r in 1 2; do
+      for v in main chains ctas5; do
+        for rows in 64 8 1; do
+          timeout 30 .carry/ab/"${v}"/indexer_bench score "${rows}" \
+            > "${out}/idx_bench_${v}_${rows}_${r}.log" 2>&1
+          echo "-- ${v} run ${r}: $(grep -E '^score' "${out}/idx_bench_${v}_${rows}_${r}.log")"
+        done
+      done
+    done
+    ;;
+  *) echo "gpu_pending_run: phase 1 or 2" >&2; exit 2 ;;
 esac
