@@ -177,13 +177,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   // The entry of `key`. Past the scored keys (whose page ids may be anything) the pool's first
   // entry stands in: its words are loaded and scored like any key's (no predicated loads, no
   // zeroing) and those scores are never stored.
-  auto entry_of = [&](int32_t key) -> const uint8_t* {
-    if (key >= end) return p.keys.pool;
+  // In two halves, so that the page id's load is issued a batch before the address is needed:
+  // page_ref loads it (slot -1: past the scored keys), entry_at forms the address.
+  struct PageRef {
+    int32_t page, slot;
+  };
+  auto page_ref = [&](int32_t key) -> PageRef {
+    if (key >= end) return {0, -1};
     const uint32_t page_index = per_page.div(static_cast<uint32_t>(key));
-    const int32_t slot = key - static_cast<int32_t>(page_index) * p.keys.entries_per_page;
-    const int32_t page = __ldg(seq_pages + page_index);
-    return p.keys.pool + static_cast<int64_t>(page) * p.keys.page_bytes +
-           static_cast<int64_t>(slot) * kIndexKeyBytes;
+    return {__ldg(seq_pages + page_index),
+            key - static_cast<int32_t>(page_index) * p.keys.entries_per_page};
+  };
+  auto entry_at = [&](PageRef ref) -> const uint8_t* {
+    if (ref.slot < 0) return p.keys.pool;
+    return p.keys.pool + static_cast<int64_t>(ref.page) * p.keys.page_bytes +
+           static_cast<int64_t>(ref.slot) * kIndexKeyBytes;
   };
   // Lane (g, t)'s words of the key whose entry lane `src` of `entries` holds.
   auto fetch = [&](const uint8_t* entries, int src) {
@@ -198,20 +206,23 @@ __global__ void __launch_bounds__(kThreads, 2)
   };
   auto batch_key0 = [&](int i) { return chunk0 + (i * kWarps + warp) * kBatchKeys; };
 
-  // Lane L holds the entries of key L of this warp's current and next batch; the batch after
-  // that is prefetched into L2 when a batch starts, and each tile's words are loaded while the
-  // tile before it is computed.
+  // Lane L holds the entries of key L of this warp's current and next batch and the page id of
+  // the batch after that; when a batch starts, that batch is prefetched into L2 and the page id
+  // of the one after it is loaded. Each tile's words are loaded while the tile before it is
+  // computed.
   float* stage = stage_all[warp];
-  const uint8_t* entries = entry_of(batch_key0(0) + lane);
-  const uint8_t* entries_next = entry_of(batch_key0(1) + lane);
+  const uint8_t* entries = entry_at(page_ref(batch_key0(0) + lane));
+  const uint8_t* entries_next = entry_at(page_ref(batch_key0(1) + lane));
+  PageRef ref_after = page_ref(batch_key0(2) + lane);
   asm volatile("prefetch.global.L2 [%0];" ::"l"(entries_next));
   KeyWords next = fetch(entries, g);
   for (int i = 0;; ++i) {
     const int32_t key0 = batch_key0(i);
     if (key0 >= chunk_end) break;
     if (key0 < end) {
-      const uint8_t* entries_after = entry_of(batch_key0(i + 2) + lane);
+      const uint8_t* entries_after = entry_at(ref_after);
       asm volatile("prefetch.global.L2 [%0];" ::"l"(entries_after));
+      ref_after = page_ref(batch_key0(i + 3) + lane);
 #pragma unroll
       for (int tile = 0; tile < kTiles; ++tile) {
         const KeyWords cur = next;
@@ -223,19 +234,30 @@ __global__ void __launch_bounds__(kThreads, 2)
           const float ks_mine = scale_from_byte(ex.lo);
           const float ks[2] = {__shfl_sync(0xFFFFFFFFu, ks_mine, 8 * t),
                                __shfl_sync(0xFFFFFFFFu, ks_mine, 8 * t + 4)};
-          int c[2][4];
+          // Four independent chains of 4 MMAs (M-tile x P / N), added at the end: half the
+          // dependent depth of one P / N chain per M-tile. cp starts at the magic bits, cn at 0,
+          // so cp + cn is magic + S (integer sums: exact in any order).
+          int cp[2][4], cn[2][4];
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             const Operands o = operands(cur.w[j], table);
 #pragma unroll
             for (int m = 0; m < 2; ++m) {
               if (j == 0) {
-                mma_s8(c[m], a[m][j], o.p_lo, o.p_hi);
+                mma_s8(cp[m], a[m][j], o.p_lo, o.p_hi);
+                mma_s8_zero(cn[m], a[m][j], o.n_lo, o.n_hi);
               } else {
-                mma_s8_acc(c[m], a[m][j], o.p_lo, o.p_hi);
+                mma_s8_acc(cp[m], a[m][j], o.p_lo, o.p_hi);
+                mma_s8_acc(cn[m], a[m][j], o.n_lo, o.n_hi);
               }
-              mma_s8_acc(c[m], a[m][j], o.n_lo, o.n_hi);
             }
+          }
+          int c[2][4];
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+#pragma unroll
+            for (int v = 0; v < 4; ++v)
+              c[m][v] = cp[m][v] + cn[m][v];
           }
           stage_uniform_tile(c, ks, qw, stage, 8 * tile, g, t);
         } else {
