@@ -131,6 +131,52 @@ __global__ void __launch_bounds__(kThreads, 2)
     reinterpret_cast<uint32_t*>(tables)[tid] = pn_table_word(tid / 4, tid % 4);
   }
 
+  const int32_t* seq_pages =
+      p.keys.pages + static_cast<int64_t>(__ldg(p.row_seq + r)) * p.keys.pages_stride;
+  // The entry of a key in two halves, so that the page id's load is issued a batch before the
+  // address is needed: page_ref loads it (slot -1: past the scored keys), entry_at forms the
+  // address. Past the scored keys (whose page ids may be anything) the pool's first entry stands
+  // in: its words are loaded and scored like any key's (no predicated loads, no zeroing) and
+  // those scores are never stored.
+  struct PageRef {
+    int32_t page, slot;
+  };
+  auto page_ref = [&](int32_t key) -> PageRef {
+    if (key >= end) return {0, -1};
+    const uint32_t page_index = per_page.div(static_cast<uint32_t>(key));
+    return {__ldg(seq_pages + page_index),
+            key - static_cast<int32_t>(page_index) * p.keys.entries_per_page};
+  };
+  auto entry_at = [&](PageRef ref) -> const uint8_t* {
+    if (ref.slot < 0) return p.keys.pool;
+    return p.keys.pool + static_cast<int64_t>(ref.page) * p.keys.page_bytes +
+           static_cast<int64_t>(ref.slot) * kIndexKeyBytes;
+  };
+  // Lane (g, t)'s words of the key whose entry lane `src` of `entries` holds.
+  auto fetch = [&](const uint8_t* entries, int src) {
+    KeyWords k;
+    k.entry = reinterpret_cast<const uint8_t*>(
+        __shfl_sync(0xFFFFFFFFu, reinterpret_cast<uintptr_t>(entries), src));
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      k.w[j] = load_word(k.entry + 16 * t + 4 * j);
+    k.scale = load_word(k.entry + kIndexDim / 2);
+    return k;
+  };
+  auto batch_key0 = [&](int i) { return chunk0 + (i * kWarps + warp) * kBatchKeys; };
+
+  // The first keys are requested before the query row is set up (they do not depend on it).
+  // Lane L holds the entries of key L of this warp's current and next batch and the page id of
+  // the batch after that; when a batch starts, that batch is prefetched into L2 and the page id
+  // of the one after it is loaded. Each tile's words are loaded while the tile before it is
+  // computed.
+  float* stage = stage_all[warp];
+  const uint8_t* entries = entry_at(page_ref(batch_key0(0) + lane));
+  const uint8_t* entries_next = entry_at(page_ref(batch_key0(1) + lane));
+  PageRef ref_after = page_ref(batch_key0(2) + lane);
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(entries_next));
+  KeyWords next = fetch(entries, g);
+
   // The query row: uniform-layout fragments (shifted per head) in registers, block-layout data
   // for the per-block path in shared memory (warp 0).
   const uint8_t* q = p.q + r * kIndexQueryBytes;
@@ -172,50 +218,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   fast = __all_sync(0xFFFFFFFFu, fast);
   __syncthreads();  // tables and row_sm
 
-  const int32_t* seq_pages =
-      p.keys.pages + static_cast<int64_t>(__ldg(p.row_seq + r)) * p.keys.pages_stride;
-  // The entry of `key`. Past the scored keys (whose page ids may be anything) the pool's first
-  // entry stands in: its words are loaded and scored like any key's (no predicated loads, no
-  // zeroing) and those scores are never stored.
-  // In two halves, so that the page id's load is issued a batch before the address is needed:
-  // page_ref loads it (slot -1: past the scored keys), entry_at forms the address.
-  struct PageRef {
-    int32_t page, slot;
-  };
-  auto page_ref = [&](int32_t key) -> PageRef {
-    if (key >= end) return {0, -1};
-    const uint32_t page_index = per_page.div(static_cast<uint32_t>(key));
-    return {__ldg(seq_pages + page_index),
-            key - static_cast<int32_t>(page_index) * p.keys.entries_per_page};
-  };
-  auto entry_at = [&](PageRef ref) -> const uint8_t* {
-    if (ref.slot < 0) return p.keys.pool;
-    return p.keys.pool + static_cast<int64_t>(ref.page) * p.keys.page_bytes +
-           static_cast<int64_t>(ref.slot) * kIndexKeyBytes;
-  };
-  // Lane (g, t)'s words of the key whose entry lane `src` of `entries` holds.
-  auto fetch = [&](const uint8_t* entries, int src) {
-    KeyWords k;
-    k.entry = reinterpret_cast<const uint8_t*>(
-        __shfl_sync(0xFFFFFFFFu, reinterpret_cast<uintptr_t>(entries), src));
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      k.w[j] = load_word(k.entry + 16 * t + 4 * j);
-    k.scale = load_word(k.entry + kIndexDim / 2);
-    return k;
-  };
-  auto batch_key0 = [&](int i) { return chunk0 + (i * kWarps + warp) * kBatchKeys; };
-
-  // Lane L holds the entries of key L of this warp's current and next batch and the page id of
-  // the batch after that; when a batch starts, that batch is prefetched into L2 and the page id
-  // of the one after it is loaded. Each tile's words are loaded while the tile before it is
-  // computed.
-  float* stage = stage_all[warp];
-  const uint8_t* entries = entry_at(page_ref(batch_key0(0) + lane));
-  const uint8_t* entries_next = entry_at(page_ref(batch_key0(1) + lane));
-  PageRef ref_after = page_ref(batch_key0(2) + lane);
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(entries_next));
-  KeyWords next = fetch(entries, g);
   for (int i = 0;; ++i) {
     const int32_t key0 = batch_key0(i);
     if (key0 >= chunk_end) break;
