@@ -4,7 +4,7 @@
 // Timing: CUDA graphs of repeated launches; every launch reads a different replica of its inputs
 // (together > 4x the L2), so the numbers are HBM numbers, not L2 numbers.
 //
-// Usage: indexer_bench [score [ROWS] | topk ROWS N [CTAS_PER_ROW [K]]]
+// Usage: indexer_bench [score [ROWS [SPREAD]] | topk ROWS N [CTAS_PER_ROW [K]]]
 
 #include <cuda_runtime_api.h>
 
@@ -40,14 +40,16 @@ double time_us(Stream& stream, int reps, const std::function<void(int, cudaStrea
 }
 
 // A paged key pool of `seqs` sequences x `len` keys (64 entries per page, shuffled page ids),
-// random e2m1 codes with scale byte 127.
+// random e2m1 codes with scale bytes 127 + a uniform offset in [-spread, spread] per block.
+// spread 0 or 1: every key's blocks span <= 3 octaves (the kernels' chained-integer path);
+// larger spreads send most keys and rows to the per-block path.
 struct KeyPool {
   static constexpr int kEntriesPerPage = 64;
   static constexpr int64_t kPageBytes = kEntriesPerPage * kIndexKeyBytes;
   DeviceBuffer pool, pages;
   int32_t pages_stride = 0;
 
-  KeyPool(int64_t seqs, int64_t len, cudaStream_t stream) {
+  KeyPool(int64_t seqs, int64_t len, cudaStream_t stream, int spread) {
     pages_stride = static_cast<int32_t>((len + kEntriesPerPage - 1) / kEntriesPerPage);
     const int64_t n_pages = seqs * pages_stride;
     std::vector<int32_t> ids(static_cast<size_t>(n_pages));
@@ -57,9 +59,11 @@ struct KeyPool {
     std::vector<uint8_t> host(static_cast<size_t>(n_pages * kPageBytes));
     for (size_t i = 0; i < host.size(); ++i)
       host[i] = static_cast<uint8_t>(rng());
+    std::uniform_int_distribution<int> offset(-spread, spread);
     for (int64_t e = 0; e < n_pages * kEntriesPerPage; ++e) {
       for (int b = 0; b < 4; ++b)
-        host[static_cast<size_t>(e * kIndexKeyBytes + 64 + b)] = 127;
+        host[static_cast<size_t>(e * kIndexKeyBytes + 64 + b)] =
+            static_cast<uint8_t>(127 + offset(rng));
     }
     pool = DeviceBuffer(host.size(), "bench key pool");
     pool.copy_from_host_async(host.data(), host.size(), stream);
@@ -81,18 +85,21 @@ struct KeyPool {
 
 // Scoring of `rows` query rows against `len` keys. Decode: row r reads its own sequence; prefill:
 // all rows read one sequence with causal visibility (the last row sees all keys). Each launch uses
-// another replica (sequences and query rows).
+// another replica (sequences and query rows). Scale bytes of keys and queries: KeyPool's spread.
 void bench_score(Stream& stream, double copy, const char* name, int64_t rows, int64_t len,
-                 bool prefill) {
+                 bool prefill, int spread = 0) {
   const int64_t seqs_per_launch = prefill ? 1 : rows;
   const int64_t key_bytes = seqs_per_launch * len * kIndexKeyBytes;
   const int64_t replicas =
       std::max<int64_t>(1, static_cast<int64_t>(kReplicaBytes) / std::max<int64_t>(key_bytes, 1));
-  KeyPool pool(replicas * seqs_per_launch, len, stream.get());
+  KeyPool pool(replicas * seqs_per_launch, len, stream.get(), spread);
   std::vector<uint8_t> q(static_cast<size_t>(rows * kIndexQueryBytes));
   std::mt19937_64 rng(2);
-  for (size_t i = 0; i < q.size(); ++i)
-    q[i] = (i % kIndexKeyBytes) >= 64 ? 127 : static_cast<uint8_t>(rng());
+  std::uniform_int_distribution<int> offset(-spread, spread);
+  for (size_t i = 0; i < q.size(); ++i) {
+    q[i] = (i % kIndexKeyBytes) >= 64 ? static_cast<uint8_t>(127 + offset(rng))
+                                      : static_cast<uint8_t>(rng());
+  }
   std::vector<float> w(static_cast<size_t>(rows * kIndexHeads), 0.01f);
   std::vector<int32_t> seq(static_cast<size_t>(replicas * rows)), vis(static_cast<size_t>(rows));
   for (int64_t c = 0; c < replicas; ++c) {
@@ -130,9 +137,10 @@ void bench_score(Stream& stream, double copy, const char* name, int64_t rows, in
     pairs += vis[static_cast<size_t>(r)];
   const double tops = pairs * kIndexHeads * kIndexDim * 2.0 / (us * 1e-6) / 1e12;
   std::printf(
-      "%-16s rows=%-5lld keys=%-6lld %9.2f us | key bytes %7.2f MB %7.0f GB/s = %5.1f%% of copy | "
+      "%-16s spread=%d rows=%-5lld keys=%-6lld %9.2f us | key bytes %7.2f MB %7.0f GB/s = %5.1f%% "
+      "of copy | "
       "all bytes %7.0f GB/s = %5.1f%% | int8 %6.1f TOPS\n",
-      name, static_cast<long long>(rows), static_cast<long long>(len), us,
+      name, spread, static_cast<long long>(rows), static_cast<long long>(len), us,
       static_cast<double>(key_bytes) / 1e6, key_gbs, 100.0 * key_gbs / copy, all_gbs,
       100.0 * all_gbs / copy, tops);
 }
@@ -207,8 +215,9 @@ void bench_candidates(Stream& stream, int64_t rows, int64_t n) {
 
 // indexer_bench: every case; indexer_bench topk ROWS N [CTAS_PER_ROW [K]]: that top-k case only
 // (IndexerTopkParams::ctas_per_row, default 0 = chosen; -1 = one CTA reading the global row; K
-// default 512); indexer_bench score [ROWS]: the scoring cases only (decode at 1, 8, 64, 132 and 256
-// rows, prefill), or the decode case of ROWS rows alone.
+// default 512); indexer_bench score [ROWS [SPREAD]]: the scoring cases only (decode at 1, 8, 64,
+// 132 and 256 rows, 64 rows again with scale spreads 1 and 2, prefill), or the decode case of
+// ROWS rows alone (scale spread SPREAD, default 0: see KeyPool).
 int run(int argc, char** argv) {
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "indexer_bench: no CUDA device\n");
@@ -225,8 +234,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   const bool score_only = argc >= 2 && std::string(argv[1]) == "score";
-  if (score_only && argc >= 3) {  // indexer_bench score ROWS: that decode case alone (profiles)
-    bench_score(stream, copy, "score decode", std::stoll(argv[2]), 65536, false);
+  if (score_only && argc >= 3) {  // indexer_bench score ROWS [SPREAD]: that case alone (profiles)
+    bench_score(stream, copy, "score decode", std::stoll(argv[2]), 65536, false,
+                argc >= 4 ? std::stoi(argv[3]) : 0);
     return 0;
   }
   for (int64_t rows : {int64_t{1}, int64_t{8}, int64_t{64}}) {
@@ -235,6 +245,10 @@ int run(int argc, char** argv) {
   if (score_only) {
     bench_score(stream, copy, "score decode", 132, 65536, false);
     bench_score(stream, copy, "score decode", 256, 65536, false);
+    // Block exponents that differ: spread 1 keeps every row and key on the chained-integer path
+    // (with alignment shifts), spread 2 sends nearly every row to the per-block path.
+    bench_score(stream, copy, "score decode", 64, 65536, false, 1);
+    bench_score(stream, copy, "score decode", 64, 65536, false, 2);
   }
   bench_score(stream, copy, "score prefill", 2048, 16384, true);
   if (score_only) return 0;
