@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # The pending device calls (docs/design/cuda_forward.md, "The next device calls"): a bundle with
 # one variant,
-#   main (main: cuda_forward_bench, deepinfer, indexer_bench, indexer_kernel_test).
+#   main (main: cuda_forward_bench, cuda_forward_test, deepinfer, indexer_bench,
+#         indexer_kernel_test; the fixture).
 # One call per phase, carry [".carry"]:
-#   bash scripts/gpu_pending_run.sh 1  # the forward at real dimensions with the rewritten indexer
+#   bash scripts/gpu_pending_run.sh 1  # main's parity (its test binaries and replay-fixture in
+#                                      # fp32 / bf16: the twenty-fifth session merged FP8, MoE
+#                                      # and indexer kernels after the last forward run); the
+#                                      # forward at real dimensions with the rewritten indexer
 #                                      # scoring (nine-layer synthetic V4.1 checkpoint, batch 1
 #                                      # and 64, the indexer kernels traced); indexer_bench score
 #                                      # with the scale spreads (the per-block path's cost);
 #                                      # the merged decode scoring's warp stalls at 64 rows
 # The bundle, built here:
-#   bash scripts/gpu_ab_prepare.sh \
-#     main=cuda_forward_bench,deepinfer,indexer_bench,indexer_kernel_test
+#   bash scripts/gpu_ab_prepare.sh --fixture \
+#     main=cuda_forward_bench,cuda_forward_test,deepinfer,indexer_bench,indexer_kernel_test
 # (Earlier phases, e.g. the twenty-fifth session's indexer A/Bs, are in git history.)
 # Logs packed into ${OUT}/logs.tar.xz.
 set -uo pipefail
@@ -33,8 +37,10 @@ case "${1:-1}" in
       "${out}/stalls-idx_b64.txt"
     trap - EXIT
     for b in 1 64; do
-      OUT="${out}/b${b}" timeout 200 bash scripts/gpu_ab_run.sh --batch "${b}" --runs 1 \
-        --trace 'indexer|index_' main
+      parity=()
+      [[ "${b}" == 1 ]] && parity=(--parity main)
+      OUT="${out}/b${b}" timeout 400 bash scripts/gpu_ab_run.sh "${parity[@]}" --batch "${b}" \
+        --runs 1 --trace 'indexer|index_' main
     done
     pack_out_logs "${out}"
     ;;
