@@ -9,15 +9,17 @@
 // * Keys straight to registers. Lane (g, t) of a warp loads key g of an 8-key N-tile: the 4 code
 //   words of scale block t and the key's scale word (no shared-memory staging, no CTA barrier).
 //   Each warp owns 32-key batches of its CTA's chunk; the next tile's words are loaded before the
-//   current tile is computed, and the batch two ahead is prefetched into L2.
+//   current tile is computed, the batch two ahead is prefetched into L2 (its page ids loaded a
+//   batch earlier still), and the first keys are requested before the query row is set up.
 //
 // * Two table lookups per 4 codes. A key code c (sign s, magnitude index m) becomes two int8
 //   operands P and N with P + N = 2 * e2m1(c) << d: P = prmt(TP_d, c) (m > 0: (mag << d) + 1; a
 //   negative code selects the sign of a positive byte: 0) and N = prmt(TN_d, c ^ 8) (negative
 //   code: -(mag << d); positive code: the sign of -(mag << d), i.e. -1 for m > 0 and 0 for m =
-//   0, which the + 1 of P cancels). Both mmas chain into one accumulator with the same query
-//   fragments, so the signed key is never formed. d (the exponent alignment of the lane's block,
-//   0 .. 3) selects the tables (64 bytes of shared memory).
+//   0, which the + 1 of P cancels). The P and N mmas take the same query fragments (a P chain
+//   and an N chain per M-tile, four independent chains of 4, added as integers at the end), so
+//   the signed key is never formed. d (the exponent alignment of the lane's block, 0 .. 3)
+//   selects the tables (64 bytes of shared memory; indexer_operands.h).
 //
 // * The K order is free within the uniform dot (all 128 dims are one integer sum), so "mma j"
 //   takes word j of every block: lane t supplies block t, which has one alignment shift per lane
