@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             for (int m = 0; m < 2; ++m) {
               if (j == 0) {
                 mma_s8(cp[m], a[m][j], o.p_lo, o.p_hi);
-                mma_s8_zero(cn[m], a[m][j], o.n_lo, o.n_hi);
+                mma_s8(cn[m], a[m][j], o.n_lo, o.n_hi, 0);
               } else {
                 mma_s8_acc(cp[m], a[m][j], o.p_lo, o.p_hi);
                 mma_s8_acc(cn[m], a[m][j], o.n_lo, o.n_hi);
