@@ -11,7 +11,8 @@
 #                                      # scoring (nine-layer synthetic V4.1 checkpoint, batch 1
 #                                      # and 64, the indexer kernels traced); indexer_bench score
 #                                      # with the scale spreads (the per-block path's cost);
-#                                      # the merged decode scoring's warp stalls at 64 rows
+#                                      # the merged decode scoring's warp stalls at 64 rows,
+#                                      # also per SASS instruction (ncu's source page)
 # The bundle, built here:
 #   bash scripts/gpu_ab_prepare.sh --fixture \
 #     main=cuda_forward_bench,cuda_forward_test,deepinfer,indexer_bench,indexer_kernel_test
@@ -35,6 +36,13 @@ case "${1:-1}" in
       > "${out}/stalls-idx_b64.txt"
     grep -E 'time_duration|inst_executed|issue_active|long_scoreboard|wait|math_pipe|not_sel' \
       "${out}/stalls-idx_b64.txt"
+    # Where the stalls are: the warp-state samples per SASS instruction (source page as CSV).
+    (GPU_LIB_DIR=.carry/ab/lib ncu_env
+     timeout 120 ncu --clock-control none -k regex:indexer_score_decode_kernel --launch-skip 3 \
+       --launch-count 1 --section SourceCounters --section WarpStateStats -o "${out}/idx_src" \
+       "${M}"/indexer_bench score 64 > "${out}/idx_src_collect.log" 2>&1
+     ncu -i "${out}/idx_src.ncu-rep" --page source --print-source sass --csv \
+       > "${out}/idx_src_sass.txt" 2>&1) || echo "source page: see idx_src_collect.log"
     trap - EXIT
     for b in 1 64; do
       parity=()
