@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The pending device calls (docs/design/cuda_forward.md, "The next device calls"): a bundle with
-# one variant,
-#   main (main: cuda_forward_bench, cuda_forward_test, deepinfer, indexer_bench,
-#         indexer_kernel_test; the fixture).
+# the variants
+#   main   (main: cuda_forward_bench, cuda_forward_test, deepinfer, indexer_bench,
+#           indexer_kernel_test; the fixture),
+#   ahead2 (main + experiments/indexer-decode-ahead2: indexer_bench, indexer_kernel_test).
 # One call per phase, carry [".carry"]:
 #   bash scripts/gpu_pending_run.sh 1  # main's parity (its test binaries and replay-fixture in
 #                                      # fp32 / bf16: the twenty-fifth session merged FP8, MoE
@@ -12,10 +13,13 @@
 #                                      # and 64, the indexer kernels traced); indexer_bench score
 #                                      # with the scale spreads (the per-block path's cost);
 #                                      # the merged decode scoring's warp stalls at 64 rows,
-#                                      # also per SASS instruction (ncu's source page)
+#                                      # also per SASS instruction (ncu's source page); then
+#                                      # ahead2: its decode tests and indexer_bench score
+#                                      # 64 / 8 / 1 alternated with main
 # The bundle, built here:
 #   bash scripts/gpu_ab_prepare.sh --fixture \
-#     main=cuda_forward_bench,cuda_forward_test,deepinfer,indexer_bench,indexer_kernel_test
+#     main=cuda_forward_bench,cuda_forward_test,deepinfer,indexer_bench,indexer_kernel_test \
+#     ahead2@indexer-decode-ahead2=indexer_bench,indexer_kernel_test
 # (Earlier phases, e.g. the twenty-fifth session's indexer A/Bs, are in git history.)
 # Logs packed into ${OUT}/logs.tar.xz.
 set -uo pipefail
@@ -43,6 +47,18 @@ case "${1:-1}" in
        "${M}"/indexer_bench score 64 > "${out}/idx_src_collect.log" 2>&1
      ncu -i "${out}/idx_src.ncu-rep" --page source --print-source sass --csv \
        > "${out}/idx_src_sass.txt" 2>&1) || echo "source page: see idx_src_collect.log"
+    timeout 60 .carry/ab/ahead2/indexer_kernel_test --gtest_filter='IndexerKernel.Decode*' \
+      > "${out}/ahead2_test.log" 2>&1
+    echo "== ahead2 indexer_kernel_test Decode*: rc $?"; summary "${out}/ahead2_test.log"
+    for r in 1 2; do
+      for v in main ahead2; do
+        for rows in 64 8 1; do
+          timeout 30 .carry/ab/"${v}"/indexer_bench score "${rows}" \
+            > "${out}/idx_bench_${v}_${rows}_${r}.log" 2>&1
+          echo "-- ${v} run ${r}: $(grep -E '^score' "${out}/idx_bench_${v}_${rows}_${r}.log")"
+        done
+      done
+    done
     trap - EXIT
     for b in 1 64; do
       parity=()
