@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const uint8_t* entries_next = entry_at(page_ref(batch_key0(1) + lane));
   PageRef ref_after = page_ref(batch_key0(2) + lane);
   asm volatile("prefetch.global.L2 [%0];" ::"l"(entries_next));
-  KeyWords next = fetch(entries, g);
+  KeyWords next = fetch(entries, g), next2 = fetch(entries, 8 + g);
 
   // The query row: uniform-layout fragments (shifted per head) in registers, block-layout data
   // for the per-block path in shared memory (warp 0).
@@ -230,7 +230,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int tile = 0; tile < kTiles; ++tile) {
         const KeyWords cur = next;
-        next = tile + 1 < kTiles ? fetch(entries, 8 * (tile + 1) + g) : fetch(entries_next, g);
+        next = next2;
+        next2 = tile + 2 < kTiles ? fetch(entries, 8 * (tile + 2) + g)
+                                  : fetch(entries_next, 8 * (tile + 2 - kTiles) + g);
         const Exponents ex = exponents(cur.scale);
         if (fast && __all_sync(0xFFFFFFFFu, ex.hi - ex.lo <= 3u)) {
           const uint32_t d = min(byte_of(cur.scale, t) - ex.lo, 3u);
