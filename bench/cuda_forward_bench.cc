@@ -61,6 +61,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/device.h"
 #include "backend/cuda/device_buffer.h"
 #include "bench_util.h"
 #include "common/check.h"
@@ -119,6 +120,7 @@ struct Measured {
   std::vector<double> block_us;  // per backbone block, µs per decode step
   double head_us = 0;
   double copy_gbs = 0;
+  std::string device;  // the GPU it ran on (the extrapolation is for one such GPU)
 };
 
 // The full model's decode step from the measured per-block microseconds; returns false (and
@@ -251,12 +253,13 @@ bool extrapolate(const std::string& config, const Measured& m, const Measured* a
     std::printf(" %s x%d", role.c_str(), n);
   std::printf(
       "\n  decode step %.1f us (blocks + head%s) = %.1f tok/s; blocks' HBM floor %.1f us (%.2fx); "
-      "one H200, no DSpark\n",
+      "one %s, no DSpark\n",
       total,
       measured_delta        ? ", + measured full-expert term"
       : extra_expert_us > 0 ? ", + estimated full-expert traffic"
                             : "",
-      1e6 * static_cast<double>(batch) / total, floor_total, (total - head_us) / floor_total);
+      1e6 * static_cast<double>(batch) / total, floor_total, (total - head_us) / floor_total,
+      m.device.c_str());
   if (measured_delta) {
     std::printf(
         "  (measured: +%.1f us for the routed experts the measured checkpoint lacks, the "
@@ -533,7 +536,9 @@ Measured run_model(const std::string& dir, const RunOptions& o) {
           floor_ms, ms / floor_ms);
     }
   }
-  return Measured{cfg, plan, std::move(block_us), head_us, copy};
+  int ordinal = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&ordinal));
+  return Measured{cfg, plan, std::move(block_us), head_us, copy, di::device_info(ordinal).name};
 }
 
 }  // namespace
