@@ -68,5 +68,95 @@ case "${1:-1}" in
     done
     pack_out_logs "${out}"
     ;;
-  *) echo "gpu_pending_run: phase 1" >&2; exit 2 ;;
+  2)
+    # Phase 1's parity ran the whole cuda_forward_test (its CPU references at production
+    # dimensions take minutes a test) and ran out of time before batch 1: the fixture, batched,
+    # engine, cache, drafter and attention-kernel tests only, then the replays and batch 1.
+    GTEST_FILTER='*TinyFixture*:*Dspark*:*Batched*:*Engine*:*KvCache*:*WgmmaAttention*:*DraftingWithout*' \
+      OUT="${out}/b1" timeout 420 bash scripts/gpu_ab_run.sh --parity main --batch 1 --runs 2 \
+      --trace 'indexer|index_' main
+    ;;
+  3)
+    # Main (with indexer-decode-ahead2 merged) against experiments/indexer-decode-pf3 (the L2
+    # prefetch covers each key entry's three sectors): the decode tests of both, indexer_bench
+    # score 64 / 8 / 1 / 256 alternated three times, and pf3's stall samples per SASS
+    # instruction (were the first uses of tiles 1 and 3's scale words still waiting?).
+    for v in main pf3; do
+      timeout 120 .carry/ab/"${v}"/indexer_kernel_test \
+        --gtest_filter='IndexerKernel.*Score*:IndexerKernel.Decode*' > "${out}/${v}_test.log" 2>&1
+      echo "== ${v} indexer_kernel_test Score* Decode*: rc $?"; summary "${out}/${v}_test.log"
+    done
+    for r in 1 2 3; do
+      for v in main pf3; do
+        for rows in 64 8 1 256; do
+          timeout 30 .carry/ab/"${v}"/indexer_bench score "${rows}" \
+            > "${out}/idx_bench_${v}_${rows}_${r}.log" 2>&1
+          echo "-- ${v} run ${r}: $(grep -E '^score' "${out}/idx_bench_${v}_${rows}_${r}.log" | cut -c1-150)"
+        done
+      done
+    done
+    (GPU_LIB_DIR=.carry/ab/lib ncu_env
+     timeout 120 ncu --clock-control none -k regex:indexer_score_decode_kernel --launch-skip 3 \
+       --launch-count 1 --section SourceCounters --section WarpStateStats -o "${out}/pf3_src" \
+       .carry/ab/pf3/indexer_bench score 64 > "${out}/pf3_src_collect.log" 2>&1
+     ncu -i "${out}/pf3_src.ncu-rep" --page source --print-source sass --csv \
+       > "${out}/pf3_src_sass.txt" 2>&1
+     rm -f "${out}/pf3_src.ncu-rep") || echo "source page: see pf3_src_collect.log"
+    ;;
+  4)
+    # Main against two L2-prefetch variants of the decode scoring (phase 3: three
+    # prefetch.global.L2 per entry were slower, 2x at one row, and the loads issued right after
+    # the batch's prefetch still waited longest): nopf (none) and bulkpf (cp.async.bulk.prefetch,
+    # 80 bytes an entry). Tests, then indexer_bench score 64 / 8 / 1 / 256 alternated.
+    for v in main nopf bulkpf; do
+      timeout 120 .carry/ab/"${v}"/indexer_kernel_test \
+        --gtest_filter='IndexerKernel.*Score*:IndexerKernel.Decode*' > "${out}/${v}_test.log" 2>&1
+      echo "== ${v} indexer_kernel_test Score* Decode*: rc $?"; summary "${out}/${v}_test.log"
+    done
+    for r in 1 2; do
+      for v in main nopf bulkpf; do
+        for rows in 64 8 1 256; do
+          timeout 30 .carry/ab/"${v}"/indexer_bench score "${rows}" \
+            > "${out}/idx_bench_${v}_${rows}_${r}.log" 2>&1
+          echo "-- ${v} run ${r}: $(grep -E '^score' "${out}/idx_bench_${v}_${rows}_${r}.log" | cut -c18-120)"
+        done
+      done
+    done
+    for v in nopf bulkpf; do
+      (GPU_LIB_DIR=.carry/ab/lib ncu_env
+       timeout 120 ncu --clock-control none -k regex:indexer_score_decode_kernel --launch-skip 3 \
+         --launch-count 1 --section SourceCounters --section WarpStateStats -o "${out}/${v}_src" \
+         .carry/ab/"${v}"/indexer_bench score 64 > "${out}/${v}_src_collect.log" 2>&1
+       ncu -i "${out}/${v}_src.ncu-rep" --page source --print-source sass --csv \
+         > "${out}/${v}_src_sass.txt" 2>&1
+       rm -f "${out}/${v}_src.ncu-rep") || echo "source page: see ${v}_src_collect.log"
+    done
+    ;;
+  5)
+    # Main against bulkbatch (a warp's batch of contiguous entries prefetched into L2 by one
+    # cp.async.bulk.prefetch instead of one prefetch.global.L2 a lane): tests, indexer_bench
+    # score 64 / 8 / 1 / 256 alternated three times, bulkbatch's stalls per SASS instruction.
+    for v in main bulkbatch; do
+      timeout 120 .carry/ab/"${v}"/indexer_kernel_test \
+        --gtest_filter='IndexerKernel.*Score*:IndexerKernel.Decode*' > "${out}/${v}_test.log" 2>&1
+      echo "== ${v} indexer_kernel_test Score* Decode*: rc $?"; summary "${out}/${v}_test.log"
+    done
+    for r in 1 2 3; do
+      for v in main bulkbatch; do
+        for rows in 64 8 1 256; do
+          timeout 30 .carry/ab/"${v}"/indexer_bench score "${rows}" \
+            > "${out}/idx_bench_${v}_${rows}_${r}.log" 2>&1
+          echo "-- ${v} run ${r}: $(grep -E '^score' "${out}/idx_bench_${v}_${rows}_${r}.log" | cut -c18-120)"
+        done
+      done
+    done
+    (GPU_LIB_DIR=.carry/ab/lib ncu_env
+     timeout 120 ncu --clock-control none -k regex:indexer_score_decode_kernel --launch-skip 3 \
+       --launch-count 1 --section SourceCounters --section WarpStateStats -o "${out}/bb_src" \
+       .carry/ab/bulkbatch/indexer_bench score 64 > "${out}/bb_src_collect.log" 2>&1
+     ncu -i "${out}/bb_src.ncu-rep" --page source --print-source sass --csv \
+       > "${out}/bb_src_sass.txt" 2>&1
+     rm -f "${out}/bb_src.ncu-rep") || echo "source page: see bb_src_collect.log"
+    ;;
+  *) echo "gpu_pending_run: phase 1 to 5" >&2; exit 2 ;;
 esac
