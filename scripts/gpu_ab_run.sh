@@ -47,8 +47,9 @@ if [[ -n "${parity}" ]]; then
       # with GTEST_FILTER, not in every A/B call.
       filter='-*AtProductionAttentionDims*:*TensorCoreLinearsStayCloseToCpu'
     fi
-    env ${filter:+GTEST_FILTER="${filter}"} DI_FIXTURE_DIR="$PWD/${fx}" "${t}" > "${log}" 2>&1 ||
-      status=1
+    vars=(DI_FIXTURE_DIR="$PWD/${fx}")
+    [[ -n "${filter}" ]] && vars+=(GTEST_FILTER="${filter}")
+    env "${vars[@]}" "${t}" > "${log}" 2>&1 || status=1
     echo "${parity} $(basename "${t}"): $(grep -E '^\[  (PASSED|FAILED)  \]' "${log}" | tr '\n' ' ')"
   done
   if [[ -d "${fx}" && -x .carry/ab/"${parity}"/deepinfer ]]; then
