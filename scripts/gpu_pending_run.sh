@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The pending device calls (docs/design/cuda_forward.md, "The next device calls"): a bundle with
 # the variants
-#   main (main: cuda_forward_bench, deepinfer, fp8_gemm_bench, fp8_gemm_kernel_test),
+#   main (main: cuda_forward_bench, deepinfer, fp8_gemm_bench, fp8_gemm_kernel_test,
+#         mhc_bench),
 #   pp   (main + experiments/fp8-prefill-pingpong: cuda_forward_bench, fp8_gemm_bench,
 #         fp8_gemm_kernel_test).
 # One call per phase, carry [".carry"]:
@@ -11,10 +12,13 @@
 #                                      # (the prefill tiles pp changes); pp's warp stalls on
 #                                      # wq_b at M 8192; then the forward's prefill and decode
 #                                      # at batch 1 for both (gpu_ab_run.sh: 4,096-token
-#                                      # prompts, whose FP8 GEMMs take the prefill tiles)
+#                                      # prompts, whose FP8 GEMMs take the prefill tiles);
+#                                      # last, the mHC pre side's partial kernel at T 4096
+#                                      # (bf16) per SASS instruction (ncu's source page: issue
+#                                      # 6's 70 % of copy needs its instruction count cut)
 # The bundle, built here:
 #   bash scripts/gpu_ab_prepare.sh \
-#     main=cuda_forward_bench,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test \
+#     main=cuda_forward_bench,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench \
 #     pp@fp8-prefill-pingpong=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test
 # (Earlier phases, e.g. the twenty-sixth session's indexer prefetch variants, are in git
 # history.)
@@ -44,6 +48,15 @@ case "${1:-1}" in
       "${out}/stalls-pp_wq_b_8192.txt"
     trap - EXIT
     OUT="${out}/b1" timeout 600 bash scripts/gpu_ab_run.sh --batch 1 --runs 2 main pp
+    timeout 60 "${M}"/mhc_bench 4096 > "${out}/mhc_bench_4096.log" 2>&1
+    grep -E 'pre|post' "${out}/mhc_bench_4096.log" | head -n 8
+    (GPU_LIB_DIR=.carry/ab/lib ncu_env
+     timeout 120 ncu --clock-control none -k regex:mhc_pre_partial --launch-skip 2 \
+       --launch-count 1 --section SourceCounters --section WarpStateStats -o "${out}/mhc_src" \
+       "${M}"/mhc_bench 4096 bf16 > "${out}/mhc_src_collect.log" 2>&1
+     ncu -i "${out}/mhc_src.ncu-rep" --page source --print-source sass --csv \
+       > "${out}/mhc_src_sass.txt" 2>&1
+     rm -f "${out}/mhc_src.ncu-rep") || echo "source page: see mhc_src_collect.log"
     pack_out_logs "${out}"
     ;;
   *) echo "gpu_pending_run: phase 1" >&2; exit 2 ;;
