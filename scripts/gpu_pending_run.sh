@@ -10,12 +10,13 @@
 #                                      # model shapes, rows bitwise batch-invariant) beside
 #                                      # main's; fp8_gemm_bench at M 4096 and 8192 alternated
 #                                      # (the prefill tiles pp changes); pp's warp stalls on
-#                                      # wq_b at M 8192; then the forward's prefill and decode
-#                                      # at batch 1 for both (gpu_ab_run.sh: 4,096-token
-#                                      # prompts, whose FP8 GEMMs take the prefill tiles);
-#                                      # last, the mHC pre side's partial kernel at T 4096
-#                                      # (bf16) per SASS instruction (ncu's source page: issue
-#                                      # 6's 70 % of copy needs its instruction count cut)
+#                                      # wq_b at M 8192; last, the mHC pre side's partial
+#                                      # kernel at T 4096 (bf16) per SASS instruction (ncu's
+#                                      # source page: issue 6's 70 % of copy needs its
+#                                      # instruction count cut)
+#   bash scripts/gpu_pending_run.sh 2  # the forward's prefill and decode at batch 1 for both
+#                                      # (gpu_ab_run.sh: 4,096-token prompts, whose FP8 GEMMs
+#                                      # take the prefill tiles)
 # The bundle, built here:
 #   bash scripts/gpu_ab_prepare.sh \
 #     main=cuda_forward_bench,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench \
@@ -46,8 +47,6 @@ case "${1:-1}" in
       > "${out}/stalls-pp_wq_b_8192.txt"
     grep -E 'time_duration|inst_executed|issue_active|long_scoreboard|barrier|wait|math_pipe|tensor' \
       "${out}/stalls-pp_wq_b_8192.txt"
-    trap - EXIT
-    OUT="${out}/b1" timeout 600 bash scripts/gpu_ab_run.sh --batch 1 --runs 2 main pp
     timeout 60 "${M}"/mhc_bench 4096 > "${out}/mhc_bench_4096.log" 2>&1
     grep -E 'pre|post' "${out}/mhc_bench_4096.log" | head -n 8
     (GPU_LIB_DIR=.carry/ab/lib ncu_env
@@ -57,7 +56,12 @@ case "${1:-1}" in
      ncu -i "${out}/mhc_src.ncu-rep" --page source --print-source sass --csv \
        > "${out}/mhc_src_sass.txt" 2>&1
      rm -f "${out}/mhc_src.ncu-rep") || echo "source page: see mhc_src_collect.log"
-    pack_out_logs "${out}"
     ;;
-  *) echo "gpu_pending_run: phase 1" >&2; exit 2 ;;
+  2)
+    # The forward's 4,096-token prefill (its FP8 GEMMs take the prefill tiles) and batch 1 decode,
+    # main and pp alternated twice.
+    trap - EXIT
+    OUT="${out}/b1" timeout 560 bash scripts/gpu_ab_run.sh --batch 1 --runs 2 main pp
+    ;;
+  *) echo "gpu_pending_run: phase 1 or 2" >&2; exit 2 ;;
 esac
