@@ -10,7 +10,8 @@
 #                                      # model shapes, rows bitwise batch-invariant) beside
 #                                      # main's; fp8_gemm_bench at M 4096 and 8192 alternated
 #                                      # (the prefill tiles pp changes); pp's warp stalls on
-#                                      # wq_b at M 8192; last, the mHC pre side's partial
+#                                      # wq_b at M 8192, and main's swapped decode kernel's
+#                                      # at M 16; last, the mHC pre side's partial
 #                                      # kernel at T 4096 (bf16) per SASS instruction (ncu's
 #                                      # source page: issue 6's 70 % of copy needs its
 #                                      # instruction count cut)
@@ -47,6 +48,13 @@ case "${1:-1}" in
       > "${out}/stalls-pp_wq_b_8192.txt"
     grep -E 'time_duration|inst_executed|issue_active|long_scoreboard|barrier|wait|math_pipe|tensor' \
       "${out}/stalls-pp_wq_b_8192.txt"
+    # Issue 6's M <= 16 target: the swapped decode kernel at M 16 on wq_b (60-68 % of copy on
+    # the H200, against 80 %): where its warps wait.
+    GPU_BIN_DIR=${M} GPU_LIB_DIR=.carry/ab/lib timeout 120 \
+      bash scripts/gpu_ncu_stalls.sh fp8_gemm_sm90_swap 3 fp8_gemm_bench v41_wq_b 16 \
+      > "${out}/stalls-main_swap_wq_b_16.txt"
+    grep -E 'time_duration|inst_executed|issue_active|long_scoreboard|barrier|wait|math_pipe|tensor' \
+      "${out}/stalls-main_swap_wq_b_16.txt"
     timeout 60 "${M}"/mhc_bench 4096 > "${out}/mhc_bench_4096.log" 2>&1
     grep -E 'pre|post' "${out}/mhc_bench_4096.log" | head -n 8
     (GPU_LIB_DIR=.carry/ab/lib ncu_env
