@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The pending device calls (docs/design/cuda_forward.md, "The next device calls"): a bundle with
 # the variants
-#   main (main: cuda_forward_bench, deepinfer, fp8_gemm_bench, fp8_gemm_kernel_test,
-#         mhc_bench),
+#   main (main: attention_bench, cuda_forward_bench, deepinfer, fp8_gemm_bench,
+#         fp8_gemm_kernel_test, mhc_bench),
 #   pp   (main + experiments/fp8-prefill-pingpong: cuda_forward_bench, fp8_gemm_bench,
 #         fp8_gemm_kernel_test).
 # One call per phase, carry [".carry"]:
@@ -14,13 +14,15 @@
 #                                      # at M 16; last, the mHC pre side's partial
 #                                      # kernel at T 4096 (bf16) per SASS instruction (ncu's
 #                                      # source page: issue 6's 70 % of copy needs its
-#                                      # instruction count cut)
+#                                      # instruction count cut), and the same for the wgmma
+#                                      # attention at batch 1 (~25 µs a layer of pure latency
+#                                      # in the batch-1 step)
 #   bash scripts/gpu_pending_run.sh 2  # the forward's prefill and decode at batch 1 for both
 #                                      # (gpu_ab_run.sh: 4,096-token prompts, whose FP8 GEMMs
 #                                      # take the prefill tiles)
 # The bundle, built here:
 #   bash scripts/gpu_ab_prepare.sh \
-#     main=cuda_forward_bench,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench \
+#     main=attention_bench,cuda_forward_bench,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench \
 #     pp@fp8-prefill-pingpong=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test
 # (Earlier phases, e.g. the twenty-sixth session's indexer prefetch variants, are in git
 # history.)
@@ -64,6 +66,13 @@ case "${1:-1}" in
      ncu -i "${out}/mhc_src.ncu-rep" --page source --print-source sass --csv \
        > "${out}/mhc_src_sass.txt" 2>&1
      rm -f "${out}/mhc_src.ncu-rep") || echo "source page: see mhc_src_collect.log"
+    (GPU_LIB_DIR=.carry/ab/lib ncu_env
+     timeout 120 ncu --clock-control none -k regex:sparse_attn_wgmma --launch-skip 3 \
+       --launch-count 1 --section SourceCounters --section WarpStateStats -o "${out}/attn_src" \
+       "${M}"/attention_bench 1 bf16 > "${out}/attn_src_collect.log" 2>&1
+     ncu -i "${out}/attn_src.ncu-rep" --page source --print-source sass --csv \
+       > "${out}/attn_src_sass.txt" 2>&1
+     rm -f "${out}/attn_src.ncu-rep") || echo "source page: see attn_src_collect.log"
     ;;
   2)
     # The forward's 4,096-token prefill (its FP8 GEMMs take the prefill tiles) and batch 1 decode,
