@@ -35,21 +35,28 @@ M=.carry/ab/main FX=$PWD/.carry/ab/fixture
 summary() { grep -E '^\[  (PASSED|FAILED)  \]|^\[  FAILED  \] [A-Z]' "$1" | head -n 20; }
 case "${1:-1}" in
   1)
+    # pp's barrier hand-off is new: a failing or hanging test (short timeout) skips its benches,
+    # so that a hang cannot take the call's time and the packed logs with it.
+    variants=(main pp)
     for v in main pp; do
-      timeout 300 .carry/ab/"${v}"/fp8_gemm_kernel_test > "${out}/${v}_fp8_test.log" 2>&1
-      echo "== ${v} fp8_gemm_kernel_test: rc $?"; summary "${out}/${v}_fp8_test.log"
+      timeout 150 .carry/ab/"${v}"/fp8_gemm_kernel_test > "${out}/${v}_fp8_test.log" 2>&1
+      rc=$?
+      echo "== ${v} fp8_gemm_kernel_test: rc ${rc}"; summary "${out}/${v}_fp8_test.log"
+      [[ "${v}" == pp && "${rc}" != 0 ]] && variants=(main)
     done
     for m in 4096 8192; do
-      for v in main pp main pp; do
-        timeout 200 .carry/ab/"${v}"/fp8_gemm_bench "" "${m}" > "${out}/fp8_${v}_${m}.log" 2>&1
+      for v in "${variants[@]}" "${variants[@]}"; do
+        timeout 90 .carry/ab/"${v}"/fp8_gemm_bench "" "${m}" > "${out}/fp8_${v}_${m}.log" 2>&1
         echo "-- ${v} M ${m}:"; grep -E '^\| v4' "${out}/fp8_${v}_${m}.log" | cut -d'|' -f2,5,8,10,11
       done
     done
-    GPU_BIN_DIR=.carry/ab/pp GPU_LIB_DIR=.carry/ab/lib timeout 120 \
-      bash scripts/gpu_ncu_stalls.sh fp8_gemm_sm90_kernel 0 fp8_gemm_bench v41_wq_b 8192 \
-      > "${out}/stalls-pp_wq_b_8192.txt"
-    grep -E 'time_duration|inst_executed|issue_active|long_scoreboard|barrier|wait|math_pipe|tensor' \
-      "${out}/stalls-pp_wq_b_8192.txt"
+    if [[ "${variants[*]}" == "main pp" ]]; then
+      GPU_BIN_DIR=.carry/ab/pp GPU_LIB_DIR=.carry/ab/lib timeout 120 \
+        bash scripts/gpu_ncu_stalls.sh fp8_gemm_sm90_kernel 0 fp8_gemm_bench v41_wq_b 8192 \
+        > "${out}/stalls-pp_wq_b_8192.txt"
+      grep -E 'time_duration|inst_executed|issue_active|long_scoreboard|barrier|wait|math_pipe|tensor' \
+        "${out}/stalls-pp_wq_b_8192.txt"
+    fi
     # Issue 6's M <= 16 target: the swapped decode kernel at M 16 on wq_b (60-68 % of copy on
     # the H200, against 80 %): where its warps wait.
     GPU_BIN_DIR=${M} GPU_LIB_DIR=.carry/ab/lib timeout 120 \
