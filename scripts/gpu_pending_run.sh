@@ -46,7 +46,7 @@ case "${1:-1}" in
     done
     for m in 4096 8192; do
       for v in "${variants[@]}" "${variants[@]}"; do
-        timeout 90 .carry/ab/"${v}"/fp8_gemm_bench "" "${m}" > "${out}/fp8_${v}_${m}.log" 2>&1
+        timeout 150 .carry/ab/"${v}"/fp8_gemm_bench "" "${m}" > "${out}/fp8_${v}_${m}.log" 2>&1
         echo "-- ${v} M ${m}:"; grep -E '^\| v4' "${out}/fp8_${v}_${m}.log" | cut -d'|' -f2,5,8,10,11
       done
     done
