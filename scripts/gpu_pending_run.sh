@@ -39,7 +39,7 @@ case "${1:-1}" in
     # so that a hang cannot take the call's time and the packed logs with it.
     variants=(main pp)
     for v in main pp; do
-      timeout 150 .carry/ab/"${v}"/fp8_gemm_kernel_test > "${out}/${v}_fp8_test.log" 2>&1
+      timeout 240 .carry/ab/"${v}"/fp8_gemm_kernel_test > "${out}/${v}_fp8_test.log" 2>&1
       rc=$?
       echo "== ${v} fp8_gemm_kernel_test: rc ${rc}"; summary "${out}/${v}_fp8_test.log"
       [[ "${v}" == pp && "${rc}" != 0 ]] && variants=(main)
