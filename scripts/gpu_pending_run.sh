@@ -11,15 +11,15 @@
 #                                      # main's; fp8_gemm_bench at M 4096 and 8192 alternated
 #                                      # (the prefill tiles pp changes); pp's warp stalls on
 #                                      # wq_b at M 8192, and main's swapped decode kernel's
-#                                      # at M 16; last, the mHC pre side's partial
-#                                      # kernel at T 4096 (bf16) per SASS instruction (ncu's
-#                                      # source page: issue 6's 70 % of copy needs its
-#                                      # instruction count cut), and the same for the wgmma
-#                                      # attention at batch 1 (~25 µs a layer of pure latency
-#                                      # in the batch-1 step)
-#   bash scripts/gpu_pending_run.sh 2  # the forward's prefill and decode at batch 1 for both
-#                                      # (gpu_ab_run.sh: 4,096-token prompts, whose FP8 GEMMs
-#                                      # take the prefill tiles)
+#                                      # at M 16
+#   bash scripts/gpu_pending_run.sh 2  # the mHC pre side's partial kernel at T 4096 (bf16)
+#                                      # per SASS instruction (ncu's source page: issue 6's
+#                                      # 70 % of copy needs its instruction count cut), the
+#                                      # same for the wgmma attention at batch 1 (~25 µs a
+#                                      # layer of latency in the batch-1 step); then the
+#                                      # forward's prefill and decode at batch 1 for main and
+#                                      # pp (gpu_ab_run.sh: 4,096-token prompts, whose FP8
+#                                      # GEMMs take the prefill tiles)
 # The bundle, built here:
 #   bash scripts/gpu_ab_prepare.sh \
 #     main=attention_bench,cuda_forward_bench,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench \
@@ -35,7 +35,7 @@ M=.carry/ab/main FX=$PWD/.carry/ab/fixture
 summary() { grep -E '^\[  (PASSED|FAILED)  \]|^\[  FAILED  \] [A-Z]' "$1" | head -n 20; }
 case "${1:-1}" in
   1)
-    # pp's barrier hand-off is new: a failing or hanging test (short timeout) skips its benches,
+    # pp's barrier hand-off is new: a failing or hanging test (240 s at most) skips its benches,
     # so that a hang cannot take the call's time and the packed logs with it.
     variants=(main pp)
     for v in main pp; do
@@ -64,6 +64,11 @@ case "${1:-1}" in
       > "${out}/stalls-main_swap_wq_b_16.txt"
     grep -E 'time_duration|inst_executed|issue_active|long_scoreboard|barrier|wait|math_pipe|tensor' \
       "${out}/stalls-main_swap_wq_b_16.txt"
+    ;;
+  2)
+    # Two source pages (main: the mHC pre side's partial kernel, T 4096 bf16; the wgmma attention
+    # at batch 1), then the forward's 4,096-token prefill (its FP8 GEMMs take the prefill tiles)
+    # and batch 1 decode, main and pp alternated twice.
     timeout 60 "${M}"/mhc_bench 4096 > "${out}/mhc_bench_4096.log" 2>&1
     grep -E 'pre|post' "${out}/mhc_bench_4096.log" | head -n 8
     (GPU_LIB_DIR=.carry/ab/lib ncu_env
@@ -80,12 +85,9 @@ case "${1:-1}" in
      ncu -i "${out}/attn_src.ncu-rep" --page source --print-source sass --csv \
        > "${out}/attn_src_sass.txt" 2>&1
      rm -f "${out}/attn_src.ncu-rep") || echo "source page: see attn_src_collect.log"
-    ;;
-  2)
-    # The forward's 4,096-token prefill (its FP8 GEMMs take the prefill tiles) and batch 1 decode,
-    # main and pp alternated twice.
+    pack_out_logs "${out}"
     trap - EXIT
-    OUT="${out}/b1" timeout 560 bash scripts/gpu_ab_run.sh --batch 1 --runs 2 main pp
+    OUT="${out}/b1" timeout 420 bash scripts/gpu_ab_run.sh --batch 1 --runs 2 main pp
     ;;
   *) echo "gpu_pending_run: phase 1 or 2" >&2; exit 2 ;;
 esac
