@@ -66,3 +66,20 @@ ncu_env() {
   cuda_libs=$(ls -d /usr/local/cuda/lib64 2>/dev/null; python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
   export LD_LIBRARY_PATH="$PWD/${GPU_LIB_DIR:-.carry/gpu/lib}:$(echo ${cuda_libs} | tr ' ' ':')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
+
+# ncu_source_page DIR NAME KERNEL_REGEX SKIP BINARY [ARGS...]: one launch of the kernels matching
+# KERNEL_REGEX (after SKIP of them) in BINARY, under Nsight Compute with the source and warp-state
+# sections; the stall samples per SASS instruction land in DIR/NAME_src_sass.txt (ncu's source
+# page as CSV; the report itself is removed), the collection's output in DIR/NAME_src_collect.log.
+# Uses the A/B bundle's libraries (.carry/ab/lib).
+ncu_source_page() {
+  local dir=$1 name=$2 regex=$3 skip=$4
+  shift 4
+  (GPU_LIB_DIR=.carry/ab/lib ncu_env
+   timeout 120 ncu --clock-control none -k "regex:${regex}" --launch-skip "${skip}" \
+     --launch-count 1 --section SourceCounters --section WarpStateStats -o "${dir}/${name}_src" \
+     "$@" > "${dir}/${name}_src_collect.log" 2>&1
+   ncu -i "${dir}/${name}_src.ncu-rep" --page source --print-source sass --csv \
+     > "${dir}/${name}_src_sass.txt" 2>&1
+   rm -f "${dir}/${name}_src.ncu-rep") || echo "source page: see ${dir}/${name}_src_collect.log"
+}

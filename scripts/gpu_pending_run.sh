@@ -71,20 +71,8 @@ case "${1:-1}" in
     # and batch 1 decode, main and pp alternated twice.
     timeout 60 "${M}"/mhc_bench 4096 > "${out}/mhc_bench_4096.log" 2>&1
     grep -E 'pre|post' "${out}/mhc_bench_4096.log" | head -n 8
-    (GPU_LIB_DIR=.carry/ab/lib ncu_env
-     timeout 120 ncu --clock-control none -k regex:mhc_pre_partial --launch-skip 2 \
-       --launch-count 1 --section SourceCounters --section WarpStateStats -o "${out}/mhc_src" \
-       "${M}"/mhc_bench 4096 bf16 > "${out}/mhc_src_collect.log" 2>&1
-     ncu -i "${out}/mhc_src.ncu-rep" --page source --print-source sass --csv \
-       > "${out}/mhc_src_sass.txt" 2>&1
-     rm -f "${out}/mhc_src.ncu-rep") || echo "source page: see mhc_src_collect.log"
-    (GPU_LIB_DIR=.carry/ab/lib ncu_env
-     timeout 120 ncu --clock-control none -k regex:sparse_attn_wgmma --launch-skip 3 \
-       --launch-count 1 --section SourceCounters --section WarpStateStats -o "${out}/attn_src" \
-       "${M}"/attention_bench 1 bf16 > "${out}/attn_src_collect.log" 2>&1
-     ncu -i "${out}/attn_src.ncu-rep" --page source --print-source sass --csv \
-       > "${out}/attn_src_sass.txt" 2>&1
-     rm -f "${out}/attn_src.ncu-rep") || echo "source page: see attn_src_collect.log"
+    ncu_source_page "${out}" mhc mhc_pre_partial 2 "${M}"/mhc_bench 4096 bf16
+    ncu_source_page "${out}" attn sparse_attn_wgmma 3 "${M}"/attention_bench 1 bf16
     pack_out_logs "${out}"
     trap - EXIT
     OUT="${out}/b1" timeout 420 bash scripts/gpu_ab_run.sh --batch 1 --runs 2 main pp
