@@ -3,24 +3,23 @@
 # the variants
 #   main (main: attention_bench, cuda_forward_bench, deepinfer, fp8_gemm_bench,
 #         fp8_gemm_kernel_test, mhc_bench),
-#   pers (main + experiments/fp8-prefill-persistent: cuda_forward_bench, fp8_gemm_bench,
-#         fp8_gemm_kernel_test).
+#   pers (main + experiments/prefill-kernels: cuda_forward_bench, fp8_gemm_bench,
+#         fp8_gemm_kernel_test, mhc_bench, mhc_kernel_test).
 # One call per phase, carry [".carry"]:
 #   bash scripts/gpu_pending_run.sh 1  # pers's correctness (fp8_gemm_kernel_test: parity on the
 #                                      # model shapes, rows bitwise batch-invariant) beside
 #                                      # main's; fp8_gemm_bench at M 4096 and 8192 alternated
 #                                      # (the prefill tiles pers replaces); pers's prefill
 #                                      # kernel per SASS instruction on wq_b at M 4096
-#   bash scripts/gpu_pending_run.sh 2  # source pages: the swapped decode kernel at M 16, the mHC
-#                                      # pre side's partial kernel (T 4096 bf16), the wgmma
-#                                      # attention at batch 1 (main), then the forward's prefill
-#                                      # and batch-1 decode for main and pers (gpu_ab_run.sh:
-#                                      # 4,096-token prompts, whose FP8 GEMMs take the prefill
-#                                      # kernel)
+#                                      # and mhc_kernel_test + mhc_bench 4096 alternated (the
+#                                      # mHC pre side's fn loads), its source page
+#   bash scripts/gpu_pending_run.sh 2  # the forward's prefill and batch-1 decode for main and
+#                                      # pers (gpu_ab_run.sh: 4,096-token prompts, whose FP8
+#                                      # GEMMs take the prefill kernel)
 # The bundle, built here:
 #   bash scripts/gpu_ab_prepare.sh \
 #     main=attention_bench,cuda_forward_bench,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench \
-#     pers@fp8-prefill-persistent=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test
+#     pers@prefill-kernels=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench,mhc_kernel_test
 # (Earlier phases, e.g. the twenty-seventh session's ping-pong variant, are in git history.)
 # Logs packed into ${OUT}/logs.tar.xz.
 set -uo pipefail
@@ -46,16 +45,24 @@ case "${1:-1}" in
         echo "-- ${v} M ${m}:"; grep -E '^\| v4' "${out}/fp8_${v}_${m}.log" | cut -d'|' -f2,5,8,10,11
       done
     done
+    # mHC pre (pers: the next step's first fn block loaded ahead): parity, then mhc_bench 4096
+    # alternated.
+    timeout 150 .carry/ab/pers/mhc_kernel_test > "${out}/pers_mhc_test.log" 2>&1
+    rc=$?
+    echo "== pers mhc_kernel_test: rc ${rc}"; summary "${out}/pers_mhc_test.log"
+    if [[ "${rc}" == 0 ]]; then
+      for v in main pers main pers; do
+        timeout 60 .carry/ab/"${v}"/mhc_bench 4096 > "${out}/mhc_${v}_4096.log" 2>&1
+        echo "-- ${v} mhc 4096:"; grep -E '^pre |^post' "${out}/mhc_${v}_4096.log"
+      done
+      ncu_source_page "${out}" pers_mhc mhc_pre_partial 2 .carry/ab/pers/mhc_bench 4096 bf16
+    fi
     if [[ "${variants[*]}" == "main pers" ]]; then
       ncu_source_page "${out}" pers_fp8pf fp8_gemm_sm90_prefill 1 .carry/ab/pers/fp8_gemm_bench \
         v41_wq_b 4096
     fi
     ;;
   2)
-    timeout 60 "${M}"/mhc_bench 4096 > "${out}/mhc_bench_4096.log" 2>&1
-    ncu_source_page "${out}" fp8swap fp8_gemm_sm90_swap 3 "${M}"/fp8_gemm_bench v41_wq_b 16
-    ncu_source_page "${out}" mhc mhc_pre_partial 2 "${M}"/mhc_bench 4096 bf16
-    ncu_source_page "${out}" attn sparse_attn_wgmma 3 "${M}"/attention_bench 1 bf16
     pack_out_logs "${out}"
     trap - EXIT
     OUT="${out}/b1" timeout 420 bash scripts/gpu_ab_run.sh --batch 1 --runs 2 main pers
