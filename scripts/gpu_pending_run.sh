@@ -39,9 +39,16 @@ case "${1:-1}" in
       echo "== ${v} fp8_gemm_kernel_test: rc ${rc}"; summary "${out}/${v}_fp8_test.log"
       [[ "${v}" == pers && "${rc}" != 0 ]] && variants=(main)
     done
+    # pers runs twice: its pipelined K loop (default) and, with DI_FP8_PREFILL_NOPIPE=1 (patch
+    # 0003's experiment switch), the unpipelined one ("persnp").
+    runs=(main)
+    [[ "${variants[*]}" == "main pers" ]] && runs=(main pers persnp)
     for m in 4096 8192; do
-      for v in "${variants[@]}" "${variants[@]}"; do
-        timeout 150 .carry/ab/"${v}"/fp8_gemm_bench "" "${m}" > "${out}/fp8_${v}_${m}.log" 2>&1
+      for v in "${runs[@]}" "${runs[@]}"; do
+        b=${v}; np=0
+        [[ "${v}" == persnp ]] && b=pers np=1
+        DI_FP8_PREFILL_NOPIPE=${np} timeout 150 .carry/ab/"${b}"/fp8_gemm_bench "" "${m}" \
+          > "${out}/fp8_${v}_${m}.log" 2>&1
         echo "-- ${v} M ${m}:"; grep -E '^\| v4' "${out}/fp8_${v}_${m}.log" | cut -d'|' -f2,5,8,10,11
       done
     done
