@@ -40,6 +40,8 @@ struct Fp8GemmPlan {
   int block = 32;
   size_t smem_bytes = 0;
   unsigned grid_m = 0, grid_n = 0;
+  unsigned ctas = 0;  // CTAs launched: grid_m x grid_n, or for the persistent prefill kernel
+                      // (block_m 128) at most one per multiprocessor
 };
 
 // Bytes of workspace the GEMM needs to quantise m x k activations (e4m3 codes + ue8m0 scales);

@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "kernels/cuda/fp8_gemm/fp8_gemm_sm90.cuh"
 #include "kernels/cuda/fp8_gemm/fp8_gemm_sm90_launch.h"
+#include "kernels/cuda/fp8_gemm/fp8_gemm_sm90_prefill.cuh"
 #include "kernels/cuda/fp8_gemm/fp8_gemm_sm90_swap.cuh"
 
 namespace di::fp8_sm90 {
@@ -58,6 +59,19 @@ void launch_config(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t st
   }
 }
 
+// The persistent prefill kernel: plan.ctas CTAs walk the 128 x 128 tiles.
+template <int kBlock, typename OutT, bool kFold>
+void launch_prefill(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
+  const auto kernel = fp8_gemm_sm90_prefill_kernel<kBlock, kPrefillStages, OutT, kFold>;
+  const size_t smem = sm90_prefill_smem_bytes(kPrefillStages);
+  DI_CHECK(smem == plan.smem_bytes && plan.stages == kPrefillStages && plan.ctas > 0,
+           "fp8_gemm: plan does not match the prefill kernel configuration");
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  kernel<<<plan.ctas, 384, smem, stream>>>(l.map_a, l.map_b, l.args);
+  DI_CUDA_CHECK(cudaGetLastError());
+}
+
 template <int kTok, int kBlock, typename OutT>
 void launch_swap(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
   const auto run = [&](auto wgs) {
@@ -98,9 +112,9 @@ void dispatch_tile(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t st
   if (plan.block_m == 128) {
     DI_CHECK(plan.block_n == 128, "fp8_gemm: block_m 128 needs block_n 128, got {}", plan.block_n);
     if (plan.num_chunks == 1) {
-      launch_config<128, 2, kBlock, kPrefillStages, OutT, false>(plan, l, stream);
+      launch_prefill<kBlock, OutT, false>(plan, l, stream);
     } else {
-      launch_config<128, 2, kBlock, kPrefillStages, OutT, true>(plan, l, stream);
+      launch_prefill<kBlock, OutT, true>(plan, l, stream);
     }
     return;
   }

@@ -52,6 +52,12 @@ constexpr size_t sm90_smem_bytes(int block_m, int block_n, int block, int stages
          static_cast<size_t>(scale_cols) * num_kb * 4;
 }
 
+// Dynamic shared memory of the persistent prefill kernel (128 x 128 tiles; the scales are read
+// from global memory, so only the stages and their barriers).
+constexpr size_t sm90_prefill_smem_bytes(int stages) {
+  return 1024 + static_cast<size_t>(stages) * (2 * 128 * 128 + 2 * sizeof(uint64_t));
+}
+
 // Bytes of the swapped kernel's weight-scale bytes [sw_rows][chunk_kbs], padded to 16 (the
 // activation scales, floats, follow).
 constexpr int swap_sw_bytes(int sw_rows, int chunk_kbs) {

@@ -1,0 +1,263 @@
+#pragma once
+
+// The sm_90a FP8 block-scaled GEMM for m > 256 (prefill): persistent 128 x 128 tiles.
+//
+// One CTA per multiprocessor (or per tile, if fewer) walks the tiles blockIdx.x, blockIdx.x +
+// gridDim.x, ... in a grouped order (kGroupM m-tiles for each n-tile, then the next n-tile), so
+// the tiles in flight at once share their activation rows and weight columns in L2. CTA = one
+// producer warpgroup (one thread issues the bulk tensor copies, through every tile of the CTA
+// without a pause: the next tile's first stages load while the consumers store the last one) +
+// two consumer warpgroups of 64 rows x 128 columns each.
+//
+// Scales: each consumer thread reads, one stage ahead, the scale bytes of that stage straight
+// from global memory (L1/L2 resident): the 128 / B bytes of its two activation rows and of the
+// tile's 128 / B weight-block rows (the same for the whole warp), one 32-bit load each where the
+// rows are 4-byte aligned (B = 32, num_kb % 4 == 0), else byte loads. No per-tile shared-memory
+// table, no barrier, and no load latency in the K loop.
+//
+// Per element the arithmetic is the other fp8_gemm kernels': for each K-block kb, the k32
+// wgmmas of that block into a fresh partial (scale-d = 0 first), then acc = fma(partial,
+// s_x[row, kb] * s_w[col / B, kb], acc) in K order; with K-chunks (kFold) each chunk's sum starts
+// at 0 and total = c0, total = total + c1, ... So a row's output is bitwise the same whatever m,
+// the tile order or the kernel.
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/fp8_gemm/fp8_gemm_sm90.cuh"
+#include "kernels/cuda/fp8_gemm/fp8_gemm_sm90_launch.h"
+#include "kernels/cuda/fp8_gemm/sm90_primitives.cuh"
+#include "kernels/cuda/fp8_gemm/wgmma_e4m3.cuh"
+
+namespace di::fp8_sm90 {
+
+inline constexpr int kPrefillGroupM = 8;  // m-tiles walked per n-tile (L2 reuse of the weight)
+
+// Tile t of the grouped order -> (m-tile, n-tile).
+__device__ __forceinline__ void prefill_tile_coords(int t, int grid_m, int grid_n, int& tm,
+                                                    int& tn) {
+  const int per_group = kPrefillGroupM * grid_n;
+  const int g = t / per_group;
+  const int r = t - g * per_group;
+  const int gm = min(kPrefillGroupM, grid_m - g * kPrefillGroupM);
+  tm = g * kPrefillGroupM + r % gm;
+  tn = r / gm;
+}
+
+// The scale bytes of one K-stage a consumer thread needs, each row's kKb K-blocks packed
+// little-endian into a word (byte kk = K-block it * kKb + kk; 0 for a missing row or K-block):
+// its two activation rows and the tile's kScaleCols weight-block rows.
+template <int kKb, int kScaleCols>
+struct StageScales {
+  uint32_t a0, a1;
+  uint32_t w[kScaleCols];
+};
+
+template <int kKb>
+__device__ __forceinline__ uint32_t load_scale_bytes(const uint8_t* p, bool have, int kb0,
+                                                     int num_kb) {
+  uint32_t w = 0;
+#pragma unroll
+  for (int kk = 0; kk < kKb; ++kk) {
+    if (have && kb0 + kk < num_kb) w |= static_cast<uint32_t>(__ldg(p + kb0 + kk)) << (8 * kk);
+  }
+  return w;
+}
+
+template <int kKb, int kScaleCols>
+__device__ __forceinline__ StageScales<kKb, kScaleCols> load_stage_scales(
+    const uint8_t* sa0, const uint8_t* sa1, const uint8_t* const (&sw)[kScaleCols], bool have0,
+    bool have1, const bool (&sw_have)[kScaleCols], bool words, int it, int num_kb) {
+  StageScales<kKb, kScaleCols> r;
+  const int kb0 = it * kKb;
+  if (kKb == 4 && words && kb0 + 4 <= num_kb) {  // warp-uniform: one 32-bit load per row
+    const auto ld = [&](const uint8_t* p, bool have) {
+      return have ? __ldg(reinterpret_cast<const uint32_t*>(p + kb0)) : 0u;
+    };
+    r.a0 = ld(sa0, have0);
+    r.a1 = ld(sa1, have1);
+#pragma unroll
+    for (int c = 0; c < kScaleCols; ++c)
+      r.w[c] = ld(sw[c], sw_have[c]);
+  } else {
+    r.a0 = load_scale_bytes<kKb>(sa0, have0, kb0, num_kb);
+    r.a1 = load_scale_bytes<kKb>(sa1, have1, kb0, num_kb);
+#pragma unroll
+    for (int c = 0; c < kScaleCols; ++c)
+      r.w[c] = load_scale_bytes<kKb>(sw[c], sw_have[c], kb0, num_kb);
+  }
+  return r;
+}
+
+// Byte kk of a packed scale word as the ue8m0 scale it encodes (0 -> 0.0f).
+__device__ __forceinline__ float scale_byte(uint32_t w, int kk) {
+  return __uint_as_float(((w >> (8 * kk)) & 0xffu) << 23);
+}
+
+template <int kBlock, int kStages, typename OutT, bool kFold>
+__global__ void __launch_bounds__(384, 1)
+    fp8_gemm_sm90_prefill_kernel(const __grid_constant__ CUtensorMap map_a,
+                                 const __grid_constant__ CUtensorMap map_b, const Sm90Args args) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  constexpr int kBlockM = 128;
+  constexpr int kBlockN = 128;
+  constexpr int kStageA = kBlockM * kStageK;
+  constexpr int kStageB = kBlockN * kStageK;
+  constexpr int kKb = kStageK / kBlock;         // K-blocks per stage
+  constexpr int kScaleCols = kBlockN / kBlock;  // weight-block rows per tile
+  constexpr int kMmaPerKb = kBlock / 32;
+  using Mma = WgmmaE4m3<kBlockN>;
+  constexpr int kRegs = Mma::kRegs;
+
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                             ~static_cast<uintptr_t>(1023));
+  uint8_t* s_a = smem;
+  uint8_t* s_b = s_a + kStages * kStageA;
+  uint64_t* full = reinterpret_cast<uint64_t*>(s_b + kStages * kStageB);
+  uint64_t* empty = full + kStages;
+
+  const int grid_m = (args.m + kBlockM - 1) / kBlockM;
+  const int grid_n = (args.n + kBlockN - 1) / kBlockN;
+  const int tiles = grid_m * grid_n;
+  const int ns = args.num_k_stages;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 8);  // one arrival per consumer warp
+    }
+    mbar_init_fence();
+    tma_prefetch_descriptor(&map_a);
+    tma_prefetch_descriptor(&map_b);
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    // Producer: a ring of kStages stages through all of this CTA's tiles.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x == 0) {
+      const uint32_t tx = args.a_stage_bytes + kStageB;
+      uint32_t g = 0;
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tm, tn;
+        prefill_tile_coords(t, grid_m, grid_n, tm, tn);
+        for (int it = 0; it < ns; ++it, ++g) {
+          const uint32_t s = g % kStages;
+          if (g >= kStages) mbar_wait(&empty[s], ((g / kStages) - 1) & 1);
+          mbar_arrive_expect_tx(&full[s], tx);
+          tma_load_2d(s_b + s * kStageB, &map_b, &full[s], it * kStageK, tn * kBlockN);
+          tma_load_2d(s_a + s * kStageA, &map_a, &full[s], it * kStageK, tm * kBlockM);
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int consumer = threadIdx.x / 128 - 1;
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int row0 = consumer * 64 + warp * 16 + lane / 4;  // this thread's rows: row0, row0 + 8
+  const uint32_t a_off = static_cast<uint32_t>(consumer * 64 * kStageK);
+  // 32-bit scale loads: every row base 4-byte aligned (num_kb % 4 == 0 and aligned bases).
+  const bool words = (args.num_kb % 4) == 0 &&
+                     (reinterpret_cast<uintptr_t>(args.act_scale) % 4) == 0 &&
+                     (reinterpret_cast<uintptr_t>(args.weight_scale) % 4) == 0;
+
+  uint32_t g = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tm, tn;
+    prefill_tile_coords(t, grid_m, grid_n, tm, tn);
+    const int m0 = tm * kBlockM;
+    const int n0 = tn * kBlockN;
+    const int64_t grow0 = static_cast<int64_t>(m0) + row0;
+    const uint8_t* sa_row0 = args.act_scale + grow0 * args.num_kb;
+    const uint8_t* sa_row1 = sa_row0 + 8 * static_cast<int64_t>(args.num_kb);
+    const bool have0 = grow0 < args.m;
+    const bool have1 = grow0 + 8 < args.m;
+    const uint8_t* sw_rows[kScaleCols];  // const after the loop below
+    bool sw_have[kScaleCols];
+#pragma unroll
+    for (int c = 0; c < kScaleCols; ++c) {
+      const int r = n0 / kBlock + c;
+      sw_have[c] = r < args.scale_rows;
+      sw_rows[c] = args.weight_scale + static_cast<int64_t>(r) * args.num_kb;
+    }
+    // The scale words of stage 0; each stage loads the next stage's.
+    const auto load = [&](int it) {
+      return load_stage_scales<kKb, kScaleCols>(sa_row0, sa_row1, sw_rows, have0, have1, sw_have,
+                                                words, it, args.num_kb);
+    };
+    StageScales<kKb, kScaleCols> next = load(0);
+
+    float acc[kRegs];
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i)
+      acc[i] = 0.0f;
+    [[maybe_unused]] float tot[kFold ? kRegs : 1];
+    float part[kRegs];
+
+    for (int it = 0; it < ns; ++it, ++g) {
+      const StageScales<kKb, kScaleCols> cur = next;
+      if (it + 1 < ns) next = load(it + 1);
+      const uint32_t s = g % kStages;
+      mbar_wait(&full[s], (g / kStages) & 1);
+      const uint64_t desc_a = smem_desc_k128_sw128(s_a + s * kStageA + a_off);
+      const uint64_t desc_b = smem_desc_k128_sw128(s_b + s * kStageB);
+#pragma unroll
+      for (int kk = 0; kk < kKb; ++kk) {
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < kMmaPerKb; ++j) {
+          const int k32 = kk * kMmaPerKb + j;  // 32-byte steps: +2 in the >> 4 field
+          Mma::mma(part, desc_a + 2 * k32, desc_b + 2 * k32, j == 0 ? 0 : 1);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < kRegs; ++i)
+          fence_regs(part[i]);
+        if (it * kKb + kk >= args.num_kb) break;
+        const float sa0 = scale_byte(cur.a0, kk);
+        const float sa1 = scale_byte(cur.a1, kk);
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j) {
+          const float w = scale_byte(cur.w[(8 * j) / kBlock], kk);
+          const float s0 = sa0 * w;  // powers of two: exact
+          const float s1 = sa1 * w;
+          acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[s]);
+
+      if constexpr (kFold) {
+        // End of a K-chunk: total = c0, then total = total + c (fixed order), acc restarts at 0.
+        if ((it + 1) % args.chunk_stages == 0 || it + 1 == ns) {
+          const bool first = it < args.chunk_stages;
+#pragma unroll
+          for (int i = 0; i < kRegs; ++i) {
+            tot[i] = first ? acc[i] : tot[i] + acc[i];
+            acc[i] = 0.0f;
+          }
+        }
+      }
+    }
+    if constexpr (kFold) {
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i)
+        acc[i] = tot[i];
+    }
+    store_tile<kBlockN>(static_cast<OutT*>(args.out), args, acc, n0, m0 + row0, lane);
+  }
+#endif
+}
+
+}  // namespace di::fp8_sm90
