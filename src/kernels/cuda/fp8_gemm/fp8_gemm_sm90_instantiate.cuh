@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cstdlib>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
@@ -59,10 +60,11 @@ void launch_config(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t st
   }
 }
 
-// The persistent prefill kernel: plan.ctas CTAs walk the 128 x 128 tiles.
-template <int kBlock, typename OutT, bool kFold>
-void launch_prefill(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
-  const auto kernel = fp8_gemm_sm90_prefill_kernel<kBlock, kPrefillStages, OutT, kFold>;
+// The persistent prefill kernel: plan.ctas CTAs walk the 128 x 128 tiles. EXPERIMENT ONLY:
+// DI_FP8_PREFILL_NOPIPE=1 selects the unpipelined K loop (A/B of the pipelined one in one binary).
+template <int kBlock, typename OutT, bool kFold, bool kPipeline>
+void launch_prefill_as(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
+  const auto kernel = fp8_gemm_sm90_prefill_kernel<kBlock, kPrefillStages, OutT, kFold, kPipeline>;
   const size_t smem = sm90_prefill_smem_bytes(kPrefillStages);
   DI_CHECK(smem == plan.smem_bytes && plan.stages == kPrefillStages && plan.ctas > 0,
            "fp8_gemm: plan does not match the prefill kernel configuration");
@@ -70,6 +72,16 @@ void launch_prefill(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t s
                                      static_cast<int>(smem)));
   kernel<<<plan.ctas, 384, smem, stream>>>(l.map_a, l.map_b, l.args);
   DI_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kBlock, typename OutT, bool kFold>
+void launch_prefill(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
+  const char* nopipe = std::getenv("DI_FP8_PREFILL_NOPIPE");
+  if (nopipe != nullptr && nopipe[0] == '1') {
+    launch_prefill_as<kBlock, OutT, kFold, false>(plan, l, stream);
+  } else {
+    launch_prefill_as<kBlock, OutT, kFold, true>(plan, l, stream);
+  }
 }
 
 template <int kTok, int kBlock, typename OutT>

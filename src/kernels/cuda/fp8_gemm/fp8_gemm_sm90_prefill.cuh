@@ -96,7 +96,7 @@ __device__ __forceinline__ float scale_byte(uint32_t w, int kk) {
   return __uint_as_float(((w >> (8 * kk)) & 0xffu) << 23);
 }
 
-template <int kBlock, int kStages, typename OutT, bool kFold>
+template <int kBlock, int kStages, typename OutT, bool kFold, bool kPipeline = true>
 __global__ void __launch_bounds__(384, 1)
     fp8_gemm_sm90_prefill_kernel(const __grid_constant__ CUtensorMap map_a,
                                  const __grid_constant__ CUtensorMap map_b, const Sm90Args args) {
@@ -199,7 +199,12 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < kRegs; ++i)
       acc[i] = 0.0f;
     [[maybe_unused]] float tot[kFold ? kRegs : 1];
-    float part[kRegs];
+    // Unfolded B = 32 tiles (one K-chunk: wq_b, wo_b, w2) pipeline the K-blocks of a stage one
+    // deep: K-block kk + 1's wgmma is issued into the other partial before K-block kk is waited
+    // for and promoted, so the tensor core works during the promotion. The folded tiles keep
+    // their chunk totals in those registers and wait for each K-block.
+    constexpr bool kPipe = kPipeline && !kFold && kKb > 1;
+    float part[kPipe ? 2 : 1][kRegs];
 
     for (int it = 0; it < ns; ++it, ++g) {
       const StageScales<kKb, kScaleCols> cur = next;
@@ -208,20 +213,20 @@ __global__ void __launch_bounds__(384, 1)
       mbar_wait(&full[s], (g / kStages) & 1);
       const uint64_t desc_a = smem_desc_k128_sw128(s_a + s * kStageA + a_off);
       const uint64_t desc_b = smem_desc_k128_sw128(s_b + s * kStageB);
-#pragma unroll
-      for (int kk = 0; kk < kKb; ++kk) {
+      const auto issue = [&](int kk, float(&d)[kRegs]) {
         wgmma_fence();
 #pragma unroll
         for (int j = 0; j < kMmaPerKb; ++j) {
           const int k32 = kk * kMmaPerKb + j;  // 32-byte steps: +2 in the >> 4 field
-          Mma::mma(part, desc_a + 2 * k32, desc_b + 2 * k32, j == 0 ? 0 : 1);
+          Mma::mma(d, desc_a + 2 * k32, desc_b + 2 * k32, j == 0 ? 0 : 1);
         }
         wgmma_commit();
-        wgmma_wait<0>();
+      };
+      const auto promote = [&](int kk, float(&d)[kRegs]) {
 #pragma unroll
         for (int i = 0; i < kRegs; ++i)
-          fence_regs(part[i]);
-        if (it * kKb + kk >= args.num_kb) break;
+          fence_regs(d[i]);
+        if (it * kKb + kk >= args.num_kb) return;
         const float sa0 = scale_byte(cur.a0, kk);
         const float sa1 = scale_byte(cur.a1, kk);
 #pragma unroll
@@ -229,10 +234,30 @@ __global__ void __launch_bounds__(384, 1)
           const float w = scale_byte(cur.w[(8 * j) / kBlock], kk);
           const float s0 = sa0 * w;  // powers of two: exact
           const float s1 = sa1 * w;
-          acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
-          acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+          acc[4 * j + 0] = fmaf(d[4 * j + 0], s0, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(d[4 * j + 1], s0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(d[4 * j + 2], s1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(d[4 * j + 3], s1, acc[4 * j + 3]);
+        }
+      };
+      if constexpr (kPipe) {
+        issue(0, part[0]);
+#pragma unroll
+        for (int kk = 0; kk < kKb; ++kk) {
+          if (kk + 1 < kKb) {
+            issue(kk + 1, part[(kk + 1) & 1]);
+            wgmma_wait<1>();
+          } else {
+            wgmma_wait<0>();
+          }
+          promote(kk, part[kk & 1]);
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kKb; ++kk) {
+          issue(kk, part[0]);
+          wgmma_wait<0>();
+          promote(kk, part[0]);
         }
       }
       __syncwarp();
