@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <type_traits>
 
@@ -61,7 +62,8 @@ void launch_config(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t st
 }
 
 // The persistent prefill kernel: plan.ctas CTAs walk the 128 x 128 tiles. EXPERIMENT ONLY:
-// DI_FP8_PREFILL_NOPIPE=1 selects the unpipelined K loop (A/B of the pipelined one in one binary).
+// DI_FP8_PREFILL_NOPIPE=1 selects the unpipelined K loop, DI_FP8_PREFILL_GROUP=G the tile order
+// (G m-tiles per n-tile; 1 = the old kernel's n-fastest order): A/B in one binary.
 template <int kBlock, typename OutT, bool kFold, bool kPipeline>
 void launch_prefill_as(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
   const auto kernel = fp8_gemm_sm90_prefill_kernel<kBlock, kPrefillStages, OutT, kFold, kPipeline>;
@@ -70,7 +72,11 @@ void launch_prefill_as(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_
            "fp8_gemm: plan does not match the prefill kernel configuration");
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  kernel<<<plan.ctas, 384, smem, stream>>>(l.map_a, l.map_b, l.args);
+  Sm90Args args = l.args;
+  if (const char* group = std::getenv("DI_FP8_PREFILL_GROUP"); group != nullptr) {
+    args.group_m = std::max(1, std::atoi(group));
+  }
+  kernel<<<plan.ctas, 384, smem, stream>>>(l.map_a, l.map_b, args);
   DI_CUDA_CHECK(cudaGetLastError());
 }
 

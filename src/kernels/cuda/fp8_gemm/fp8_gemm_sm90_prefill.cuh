@@ -3,7 +3,7 @@
 // The sm_90a FP8 block-scaled GEMM for m > 256 (prefill): persistent 128 x 128 tiles.
 //
 // One CTA per multiprocessor (or per tile, if fewer) walks the tiles blockIdx.x, blockIdx.x +
-// gridDim.x, ... in a grouped order (kGroupM m-tiles for each n-tile, then the next n-tile), so
+// gridDim.x, ... in a grouped order (Sm90Args::group_m m-tiles for each n-tile, then the next), so
 // the tiles in flight at once share their activation rows and weight columns in L2. CTA = one
 // producer warpgroup (one thread issues the bulk tensor copies, through every tile of the CTA
 // without a pause: the next tile's first stages load while the consumers store the last one) +
@@ -33,16 +33,14 @@
 
 namespace di::fp8_sm90 {
 
-inline constexpr int kPrefillGroupM = 8;  // m-tiles walked per n-tile (L2 reuse of the weight)
-
 // Tile t of the grouped order -> (m-tile, n-tile).
-__device__ __forceinline__ void prefill_tile_coords(int t, int grid_m, int grid_n, int& tm,
-                                                    int& tn) {
-  const int per_group = kPrefillGroupM * grid_n;
+__device__ __forceinline__ void prefill_tile_coords(int t, int grid_m, int grid_n, int group,
+                                                    int& tm, int& tn) {
+  const int per_group = group * grid_n;
   const int g = t / per_group;
   const int r = t - g * per_group;
-  const int gm = min(kPrefillGroupM, grid_m - g * kPrefillGroupM);
-  tm = g * kPrefillGroupM + r % gm;
+  const int gm = min(group, grid_m - g * group);
+  tm = g * group + r % gm;
   tn = r / gm;
 }
 
@@ -96,6 +94,28 @@ __device__ __forceinline__ float scale_byte(uint32_t w, int kk) {
   return __uint_as_float(((w >> (8 * kk)) & 0xffu) << 23);
 }
 
+// The epilogue of a tile inside the output (every row and column valid, n even): the thread's
+// column pairs of rows `row` and row + 8 as 4- (bf16) or 8-byte (fp32) stores, no bounds checks.
+template <int kBlockN, typename OutT>
+__device__ __forceinline__ void store_full_tile(OutT* out, int n,
+                                                const float (&acc)[WgmmaE4m3<kBlockN>::kRegs],
+                                                int n0, int row, int lane) {
+  OutT* p0 = out + static_cast<int64_t>(row) * n + n0 + 2 * (lane % 4);
+  OutT* p1 = p0 + 8 * static_cast<int64_t>(n);
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j) {
+    if constexpr (sizeof(OutT) == 4) {
+      *reinterpret_cast<float2*>(p0 + 8 * j) = make_float2(acc[4 * j], acc[4 * j + 1]);
+      *reinterpret_cast<float2*>(p1 + 8 * j) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    } else {
+      *reinterpret_cast<__nv_bfloat162*>(p0 + 8 * j) =
+          __floats2bfloat162_rn(acc[4 * j], acc[4 * j + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(p1 + 8 * j) =
+          __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+  }
+}
+
 template <int kBlock, int kStages, typename OutT, bool kFold, bool kPipeline = true>
 __global__ void __launch_bounds__(384, 1)
     fp8_gemm_sm90_prefill_kernel(const __grid_constant__ CUtensorMap map_a,
@@ -143,7 +163,7 @@ __global__ void __launch_bounds__(384, 1)
       uint32_t g = 0;
       for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int tm, tn;
-        prefill_tile_coords(t, grid_m, grid_n, tm, tn);
+        prefill_tile_coords(t, grid_m, grid_n, args.group_m, tm, tn);
         for (int it = 0; it < ns; ++it, ++g) {
           const uint32_t s = g % kStages;
           if (g >= kStages) mbar_wait(&empty[s], ((g / kStages) - 1) & 1);
@@ -171,7 +191,7 @@ __global__ void __launch_bounds__(384, 1)
   uint32_t g = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
-    prefill_tile_coords(t, grid_m, grid_n, tm, tn);
+    prefill_tile_coords(t, grid_m, grid_n, args.group_m, tm, tn);
     const int m0 = tm * kBlockM;
     const int n0 = tn * kBlockN;
     const int64_t grow0 = static_cast<int64_t>(m0) + row0;
@@ -280,7 +300,11 @@ __global__ void __launch_bounds__(384, 1)
       for (int i = 0; i < kRegs; ++i)
         acc[i] = tot[i];
     }
-    store_tile<kBlockN>(static_cast<OutT*>(args.out), args, acc, n0, m0 + row0, lane);
+    if (m0 + kBlockM <= args.m && n0 + kBlockN <= args.n && args.n % 2 == 0) {
+      store_full_tile<kBlockN>(static_cast<OutT*>(args.out), args.n, acc, n0, m0 + row0, lane);
+    } else {
+      store_tile<kBlockN>(static_cast<OutT*>(args.out), args, acc, n0, m0 + row0, lane);
+    }
   }
 #endif
 }
