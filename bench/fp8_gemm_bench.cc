@@ -279,9 +279,10 @@ int run_bench(const std::string& shape_filter, int64_t m_filter) {
           "| %s | %lldx%lld | %d | %lld | %s%dx%d/%dk | %.2f | %.2f | %.2f | %.1f | %.1f%% | %.0f "
           "| %.1f%% | %.1f%% | %.2f | %.2f |\n",
           sh.name, static_cast<long long>(sh.n), static_cast<long long>(sh.k), sh.block,
-          static_cast<long long>(m), plan.swapped ? "swap " : "", plan.block_m, plan.block_n,
-          plan.num_chunks, ours, gemm, quant, tflops, 100.0 * tflops / fp8_peak, wgbs,
-          100.0 * wgbs / copy_gbs, 100.0 * wgbs_all / copy_gbs, cub, cub / gemm);
+          static_cast<long long>(m), plan.swapped ? "swap " : (plan.persistent ? "pers " : ""),
+          plan.block_m, plan.block_n, plan.num_chunks, ours, gemm, quant, tflops,
+          100.0 * tflops / fp8_peak, wgbs, 100.0 * wgbs / copy_gbs, 100.0 * wgbs_all / copy_gbs,
+          cub, cub / gemm);
       std::fflush(stdout);
     }
   }

@@ -315,9 +315,11 @@ TEST_F(Fp8GemmCudaTest, MatchesCpuReferenceOnModelShapes) {
 // Row-level batch invariance: the rows of a 1000-row batch computed alone or inside batches of
 // 1, 7, 64, 200 and 4096 rows (at other row positions, so in other tiles and tile
 // configurations: the swapped kernel, the 64-row split tiles, the 128-row prefill tiles) are
-// bitwise identical.
+// bitwise identical. The prefill tiles of wq_b (one K-chunk: the persistent kernel's pipelined
+// K loop) and V4 wq_a (B = 128 with K-chunks: the persistent kernel's fold) and those of wq_a,
+// wo_b and w2 (B = 32 with K-chunks: the per-tile kernel's fold) are all among them.
 TEST_F(Fp8GemmCudaTest, RowsAreBitwiseBatchInvariant) {
-  const GemmShape cases[] = {kShapes[0], kShapes[3], kShapes[5], kShapes[6]};
+  const GemmShape cases[] = {kShapes[0], kShapes[1], kShapes[3], kShapes[5], kShapes[6]};
   uint64_t seed = 5000;
   for (const GemmShape& shape : cases) {
     const Weight w = random_weight(shape.n, shape.k, shape.block, ++seed);
@@ -364,6 +366,29 @@ TEST(Fp8GemmPlan, ModelShapesFitSharedMemory) {
           << shape.name << " m=" << m;
       EXPECT_GT(plan.smem_bytes, 0) << shape.name << " m=" << m;
       EXPECT_LE(plan.smem_bytes, 227 * 1024) << shape.name << " m=" << m;
+    }
+  }
+}
+
+// The prefill plans (m > 256): the persistent kernel for one K-chunk or 128 x 128 weight blocks,
+// at most one CTA per SM and never more CTAs than tiles; the per-tile kernel (one CTA per tile)
+// for 32 x 32 blocks with K-chunks (host only).
+TEST(Fp8GemmPlan, PrefillKernelChoice) {
+  for (const GemmShape& shape : kShapes) {
+    for (const int64_t m : {257, 1000, 4096, 8192}) {
+      for (const int sms : {1, 78, 132}) {
+        const Fp8GemmPlan plan = plan_fp8_gemm(m, shape.n, shape.k, shape.block, sms, 9, 0);
+        const std::string what =
+            std::string(shape.name) + " m=" + std::to_string(m) + " sms=" + std::to_string(sms);
+        ASSERT_EQ(plan.block_m, 128) << what;
+        const int64_t tiles = static_cast<int64_t>(plan.grid_m) * plan.grid_n;
+        EXPECT_EQ(plan.grid_m, static_cast<unsigned>((m + 127) / 128)) << what;
+        EXPECT_EQ(plan.persistent, shape.block == 128 || plan.num_chunks == 1) << what;
+        EXPECT_EQ(static_cast<int64_t>(plan.ctas),
+                  plan.persistent ? std::min<int64_t>(tiles, sms) : tiles)
+            << what;
+        EXPECT_LE(plan.smem_bytes, 227 * 1024) << what;
+      }
     }
   }
 }

@@ -133,7 +133,10 @@ Fp8GemmPlan plan_fp8_gemm(int64_t m, int64_t n, int64_t k, int block, int sm_cou
     p.block_n = 128;
     p.stages = fp8_sm90::kPrefillStages;
     p.a_box_rows = 128;
-    p.smem_bytes = fp8_sm90::sm90_prefill_smem_bytes(p.stages);
+    p.persistent = block == 128 || p.num_chunks == 1;
+    p.smem_bytes = p.persistent
+                       ? fp8_sm90::sm90_prefill_smem_bytes(p.stages)
+                       : fp8_sm90::sm90_smem_bytes(p.block_m, p.block_n, block, p.stages, num_kb);
   }
   DI_CHECK(p.smem_bytes <= kMaxSmem, "fp8_gemm: k={} needs {} bytes of shared memory", k,
            p.smem_bytes);
@@ -141,8 +144,8 @@ Fp8GemmPlan plan_fp8_gemm(int64_t m, int64_t n, int64_t k, int block, int sm_cou
   p.grid_n = static_cast<unsigned>(ceil_div(n, p.block_n));
   DI_CHECK(p.grid_m <= 65535, "fp8_gemm: m={} too large", m);
   const int64_t tiles = static_cast<int64_t>(p.grid_m) * p.grid_n;
-  p.ctas = static_cast<unsigned>(
-      p.block_m == 128 && !p.swapped ? std::min<int64_t>(tiles, std::max(sm_count, 1)) : tiles);
+  p.ctas =
+      static_cast<unsigned>(p.persistent ? std::min<int64_t>(tiles, std::max(sm_count, 1)) : tiles);
   return p;
 }
 

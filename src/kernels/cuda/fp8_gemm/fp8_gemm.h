@@ -40,8 +40,10 @@ struct Fp8GemmPlan {
   int block = 32;
   size_t smem_bytes = 0;
   unsigned grid_m = 0, grid_n = 0;
-  unsigned ctas = 0;  // CTAs launched: grid_m x grid_n, or for the persistent prefill kernel
-                      // (block_m 128) at most one per multiprocessor
+  // block_m 128: the persistent prefill kernel (num_chunks == 1 or block 128) or the per-tile one
+  // (block 32 with K-chunks).
+  bool persistent = false;
+  unsigned ctas = 0;  // CTAs launched: grid_m x grid_n, or (persistent) at most one per SM
 };
 
 // Bytes of workspace the GEMM needs to quantise m x k activations (e4m3 codes + ue8m0 scales);

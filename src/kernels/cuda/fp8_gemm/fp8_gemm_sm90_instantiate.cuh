@@ -5,8 +5,6 @@
 
 #include <cuda_bf16.h>
 
-#include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
@@ -61,33 +59,18 @@ void launch_config(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t st
   }
 }
 
-// The persistent prefill kernel: plan.ctas CTAs walk the 128 x 128 tiles. EXPERIMENT ONLY:
-// DI_FP8_PREFILL_NOPIPE=1 selects the unpipelined K loop, DI_FP8_PREFILL_GROUP=G the tile order
-// (G m-tiles per n-tile; 1 = the old kernel's n-fastest order): A/B in one binary.
-template <int kBlock, typename OutT, bool kFold, bool kPipeline>
-void launch_prefill_as(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
-  const auto kernel = fp8_gemm_sm90_prefill_kernel<kBlock, kPrefillStages, OutT, kFold, kPipeline>;
-  const size_t smem = sm90_prefill_smem_bytes(kPrefillStages);
-  DI_CHECK(smem == plan.smem_bytes && plan.stages == kPrefillStages && plan.ctas > 0,
-           "fp8_gemm: plan does not match the prefill kernel configuration");
-  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
-  Sm90Args args = l.args;
-  if (const char* group = std::getenv("DI_FP8_PREFILL_GROUP"); group != nullptr) {
-    args.group_m = std::max(1, std::atoi(group));
-  }
-  kernel<<<plan.ctas, 384, smem, stream>>>(l.map_a, l.map_b, args);
-  DI_CUDA_CHECK(cudaGetLastError());
-}
-
+// The persistent prefill kernel: plan.ctas CTAs walk the 128 x 128 tiles.
 template <int kBlock, typename OutT, bool kFold>
 void launch_prefill(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
-  const char* nopipe = std::getenv("DI_FP8_PREFILL_NOPIPE");
-  if (nopipe != nullptr && nopipe[0] == '1') {
-    launch_prefill_as<kBlock, OutT, kFold, false>(plan, l, stream);
-  } else {
-    launch_prefill_as<kBlock, OutT, kFold, true>(plan, l, stream);
-  }
+  const auto kernel = fp8_gemm_sm90_prefill_kernel<kBlock, kPrefillStages, OutT, kFold>;
+  const size_t smem = sm90_prefill_smem_bytes(kPrefillStages);
+  DI_CHECK(
+      smem == plan.smem_bytes && plan.stages == kPrefillStages && plan.persistent && plan.ctas > 0,
+      "fp8_gemm: plan does not match the prefill kernel configuration");
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  kernel<<<plan.ctas, 384, smem, stream>>>(l.map_a, l.map_b, l.args);
+  DI_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int kTok, int kBlock, typename OutT>
@@ -129,10 +112,15 @@ void dispatch_tile(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t st
   }
   if (plan.block_m == 128) {
     DI_CHECK(plan.block_n == 128, "fp8_gemm: block_m 128 needs block_n 128, got {}", plan.block_n);
+    // The persistent kernel, except for B = 32 with K-chunks: there its chunk totals, the
+    // partial and the scale words it loads ahead fill the 232 registers and it was measured 4-6 %
+    // slower than the per-tile kernel (docs/PERF.md, twenty-seventh session).
     if (plan.num_chunks == 1) {
       launch_prefill<kBlock, OutT, false>(plan, l, stream);
-    } else {
+    } else if constexpr (kBlock == 128) {
       launch_prefill<kBlock, OutT, true>(plan, l, stream);
+    } else {
+      launch_config<128, 2, kBlock, kPrefillStages, OutT, true>(plan, l, stream);
     }
     return;
   }

@@ -36,7 +36,6 @@ struct Sm90Args {
   int scale_rows;          // ceil(n / B)
   int chunk_stages;        // K-chunk length in stages (fixed per k, independent of m)
   uint32_t a_stage_bytes;  // a_box_rows * 128: bytes the activation copy delivers per stage
-  int group_m = 8;         // prefill kernel: m-tiles walked per n-tile (L2 reuse of the weight)
 };
 
 struct Sm90Launch {

@@ -3,7 +3,7 @@
 // The sm_90a FP8 block-scaled GEMM for m > 256 (prefill): persistent 128 x 128 tiles.
 //
 // One CTA per multiprocessor (or per tile, if fewer) walks the tiles blockIdx.x, blockIdx.x +
-// gridDim.x, ... in a grouped order (Sm90Args::group_m m-tiles for each n-tile, then the next), so
+// gridDim.x, ... in a grouped order (kPrefillGroupM m-tiles for each n-tile, then the next), so
 // the tiles in flight at once share their activation rows and weight columns in L2. CTA = one
 // producer warpgroup (one thread issues the bulk tensor copies, through every tile of the CTA
 // without a pause: the next tile's first stages load while the consumers store the last one) +
@@ -32,6 +32,8 @@
 #include "kernels/cuda/fp8_gemm/wgmma_e4m3.cuh"
 
 namespace di::fp8_sm90 {
+
+inline constexpr int kPrefillGroupM = 8;  // m-tiles walked per n-tile (L2 reuse of the weight)
 
 // Tile t of the grouped order -> (m-tile, n-tile).
 __device__ __forceinline__ void prefill_tile_coords(int t, int grid_m, int grid_n, int group,
@@ -116,7 +118,7 @@ __device__ __forceinline__ void store_full_tile(OutT* out, int n,
   }
 }
 
-template <int kBlock, int kStages, typename OutT, bool kFold, bool kPipeline = true>
+template <int kBlock, int kStages, typename OutT, bool kFold>
 __global__ void __launch_bounds__(384, 1)
     fp8_gemm_sm90_prefill_kernel(const __grid_constant__ CUtensorMap map_a,
                                  const __grid_constant__ CUtensorMap map_b, const Sm90Args args) {
@@ -163,7 +165,7 @@ __global__ void __launch_bounds__(384, 1)
       uint32_t g = 0;
       for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int tm, tn;
-        prefill_tile_coords(t, grid_m, grid_n, args.group_m, tm, tn);
+        prefill_tile_coords(t, grid_m, grid_n, kPrefillGroupM, tm, tn);
         for (int it = 0; it < ns; ++it, ++g) {
           const uint32_t s = g % kStages;
           if (g >= kStages) mbar_wait(&empty[s], ((g / kStages) - 1) & 1);
@@ -191,7 +193,7 @@ __global__ void __launch_bounds__(384, 1)
   uint32_t g = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
-    prefill_tile_coords(t, grid_m, grid_n, args.group_m, tm, tn);
+    prefill_tile_coords(t, grid_m, grid_n, kPrefillGroupM, tm, tn);
     const int m0 = tm * kBlockM;
     const int n0 = tn * kBlockN;
     const int64_t grow0 = static_cast<int64_t>(m0) + row0;
@@ -223,7 +225,7 @@ __global__ void __launch_bounds__(384, 1)
     // deep: K-block kk + 1's wgmma is issued into the other partial before K-block kk is waited
     // for and promoted, so the tensor core works during the promotion. The folded tiles keep
     // their chunk totals in those registers and wait for each K-block.
-    constexpr bool kPipe = kPipeline && !kFold && kKb > 1;
+    constexpr bool kPipe = !kFold && kKb > 1;
     float part[kPipe ? 2 : 1][kRegs];
 
     for (int it = 0; it < ns; ++it, ++g) {
