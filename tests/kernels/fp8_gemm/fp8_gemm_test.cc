@@ -315,9 +315,9 @@ TEST_F(Fp8GemmCudaTest, MatchesCpuReferenceOnModelShapes) {
 // Row-level batch invariance: the rows of a 1000-row batch computed alone or inside batches of
 // 1, 7, 64, 200 and 4096 rows (at other row positions, so in other tiles and tile
 // configurations: the swapped kernel, the 64-row split tiles, the 128-row prefill tiles) are
-// bitwise identical. The prefill tiles of wq_b (one K-chunk: the persistent kernel's pipelined
-// K loop) and V4 wq_a (B = 128 with K-chunks: the persistent kernel's fold) and those of wq_a,
-// wo_b and w2 (B = 32 with K-chunks: the per-tile kernel's fold) are all among them.
+// bitwise identical. The persistent prefill kernel's three K loops are among them: wq_b (one
+// K-chunk), wq_a, wo_b and w2 (B = 32 with K-chunks: totals in shared memory) and V4 wq_a
+// (B = 128 with K-chunks: totals in registers).
 TEST_F(Fp8GemmCudaTest, RowsAreBitwiseBatchInvariant) {
   const GemmShape cases[] = {kShapes[0], kShapes[1], kShapes[3], kShapes[5], kShapes[6]};
   uint64_t seed = 5000;
@@ -370,9 +370,9 @@ TEST(Fp8GemmPlan, ModelShapesFitSharedMemory) {
   }
 }
 
-// The prefill plans (m > 256): the persistent kernel for one K-chunk or 128 x 128 weight blocks,
-// at most one CTA per SM and never more CTAs than tiles; the per-tile kernel (one CTA per tile)
-// for 32 x 32 blocks with K-chunks (host only).
+// The prefill plans (m > 256): the persistent kernel, at most one CTA per SM and never more CTAs
+// than tiles; 5 stages for 32 x 32 blocks with K-chunks (their totals take the sixth's shared
+// memory), else 6 (host only).
 TEST(Fp8GemmPlan, PrefillKernelChoice) {
   for (const GemmShape& shape : kShapes) {
     for (const int64_t m : {257, 1000, 4096, 8192}) {
@@ -383,10 +383,9 @@ TEST(Fp8GemmPlan, PrefillKernelChoice) {
         ASSERT_EQ(plan.block_m, 128) << what;
         const int64_t tiles = static_cast<int64_t>(plan.grid_m) * plan.grid_n;
         EXPECT_EQ(plan.grid_m, static_cast<unsigned>((m + 127) / 128)) << what;
-        EXPECT_EQ(plan.persistent, shape.block == 128 || plan.num_chunks == 1) << what;
-        EXPECT_EQ(static_cast<int64_t>(plan.ctas),
-                  plan.persistent ? std::min<int64_t>(tiles, sms) : tiles)
-            << what;
+        EXPECT_TRUE(plan.persistent) << what;
+        EXPECT_EQ(plan.stages, shape.block == 32 && plan.num_chunks > 1 ? 5 : 6) << what;
+        EXPECT_EQ(static_cast<int64_t>(plan.ctas), std::min<int64_t>(tiles, sms)) << what;
         EXPECT_LE(plan.smem_bytes, 227 * 1024) << what;
       }
     }

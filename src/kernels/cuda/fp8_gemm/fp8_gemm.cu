@@ -131,12 +131,11 @@ Fp8GemmPlan plan_fp8_gemm(int64_t m, int64_t n, int64_t k, int block, int sm_cou
   } else {
     p.block_m = 128;
     p.block_n = 128;
-    p.stages = fp8_sm90::kPrefillStages;
     p.a_box_rows = 128;
-    p.persistent = block == 128 || p.num_chunks == 1;
-    p.smem_bytes = p.persistent
-                       ? fp8_sm90::sm90_prefill_smem_bytes(p.stages)
-                       : fp8_sm90::sm90_smem_bytes(p.block_m, p.block_n, block, p.stages, num_kb);
+    p.persistent = true;
+    const bool smem_tot = fp8_sm90::prefill_tot_in_smem(block, p.num_chunks);
+    p.stages = smem_tot ? fp8_sm90::kPrefillFoldStages : fp8_sm90::kPrefillStages;
+    p.smem_bytes = fp8_sm90::sm90_prefill_smem_bytes(p.stages, smem_tot);
   }
   DI_CHECK(p.smem_bytes <= kMaxSmem, "fp8_gemm: k={} needs {} bytes of shared memory", k,
            p.smem_bytes);

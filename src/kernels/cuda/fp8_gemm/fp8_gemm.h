@@ -40,8 +40,8 @@ struct Fp8GemmPlan {
   int block = 32;
   size_t smem_bytes = 0;
   unsigned grid_m = 0, grid_n = 0;
-  // block_m 128: the persistent prefill kernel (num_chunks == 1 or block 128) or the per-tile one
-  // (block 32 with K-chunks).
+  // block_m 128: the persistent prefill kernel (6 stages; 5 for B = 32 with K-chunks, whose
+  // totals take the shared memory of the sixth).
   bool persistent = false;
   unsigned ctas = 0;  // CTAs launched: grid_m x grid_n, or (persistent) at most one per SM
 };

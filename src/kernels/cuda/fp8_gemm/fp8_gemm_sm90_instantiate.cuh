@@ -62,11 +62,12 @@ void launch_config(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t st
 // The persistent prefill kernel: plan.ctas CTAs walk the 128 x 128 tiles.
 template <int kBlock, typename OutT, bool kFold>
 void launch_prefill(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
-  const auto kernel = fp8_gemm_sm90_prefill_kernel<kBlock, kPrefillStages, OutT, kFold>;
-  const size_t smem = sm90_prefill_smem_bytes(kPrefillStages);
-  DI_CHECK(
-      smem == plan.smem_bytes && plan.stages == kPrefillStages && plan.persistent && plan.ctas > 0,
-      "fp8_gemm: plan does not match the prefill kernel configuration");
+  constexpr bool kTotSmem = prefill_tot_in_smem(kBlock, kFold ? 2 : 1);
+  constexpr int kStages = kTotSmem ? kPrefillFoldStages : kPrefillStages;
+  const auto kernel = fp8_gemm_sm90_prefill_kernel<kBlock, kStages, OutT, kFold>;
+  const size_t smem = sm90_prefill_smem_bytes(kStages, kTotSmem);
+  DI_CHECK(smem == plan.smem_bytes && plan.stages == kStages && plan.persistent && plan.ctas > 0,
+           "fp8_gemm: plan does not match the prefill kernel configuration");
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   kernel<<<plan.ctas, 384, smem, stream>>>(l.map_a, l.map_b, l.args);
@@ -112,15 +113,10 @@ void dispatch_tile(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t st
   }
   if (plan.block_m == 128) {
     DI_CHECK(plan.block_n == 128, "fp8_gemm: block_m 128 needs block_n 128, got {}", plan.block_n);
-    // The persistent kernel, except for B = 32 with K-chunks: there its chunk totals, the
-    // partial and the scale words it loads ahead fill the 232 registers and it was measured 4-6 %
-    // slower than the per-tile kernel (docs/PERF.md, twenty-seventh session).
     if (plan.num_chunks == 1) {
       launch_prefill<kBlock, OutT, false>(plan, l, stream);
-    } else if constexpr (kBlock == 128) {
-      launch_prefill<kBlock, OutT, true>(plan, l, stream);
     } else {
-      launch_config<128, 2, kBlock, kPrefillStages, OutT, true>(plan, l, stream);
+      launch_prefill<kBlock, OutT, true>(plan, l, stream);
     }
     return;
   }

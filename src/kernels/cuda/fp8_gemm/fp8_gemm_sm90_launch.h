@@ -53,9 +53,15 @@ constexpr size_t sm90_smem_bytes(int block_m, int block_n, int block, int stages
 }
 
 // Dynamic shared memory of the persistent prefill kernel (128 x 128 tiles; the scales are read
-// from global memory, so only the stages and their barriers).
-constexpr size_t sm90_prefill_smem_bytes(int stages) {
-  return 1024 + static_cast<size_t>(stages) * (2 * 128 * 128 + 2 * sizeof(uint64_t));
+// from global memory): the stages and their barriers, and for B = 32 with K-chunks (smem_tot)
+// the consumer threads' chunk totals (256 x 64 fp32), with kPrefillFoldStages stages.
+inline constexpr int kPrefillFoldStages = 5;
+constexpr bool prefill_tot_in_smem(int block, int num_chunks) {
+  return block == 32 && num_chunks > 1;
+}
+constexpr size_t sm90_prefill_smem_bytes(int stages, bool smem_tot) {
+  return 1024 + static_cast<size_t>(stages) * (2 * 128 * 128 + 2 * sizeof(uint64_t)) + 16 +
+         (smem_tot ? 256 * 64 * sizeof(float) : 0);
 }
 
 // Bytes of the swapped kernel's weight-scale bytes [sw_rows][chunk_kbs], padded to 16 (the

@@ -140,6 +140,9 @@ __global__ void __launch_bounds__(384, 1)
   uint8_t* s_b = s_a + kStages * kStageA;
   uint64_t* full = reinterpret_cast<uint64_t*>(s_b + kStages * kStageB);
   uint64_t* empty = full + kStages;
+  // B = 32 with K-chunks: the consumer threads' chunk totals, [16][256] float4 (thread-private
+  // columns; the registers hold the second partial instead).
+  const uint32_t tot_addr = (smem_addr(empty + kStages) + 15u) & ~15u;
 
   const int grid_m = (args.m + kBlockM - 1) / kBlockM;
   const int grid_n = (args.n + kBlockN - 1) / kBlockN;
@@ -184,6 +187,7 @@ __global__ void __launch_bounds__(384, 1)
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int row0 = consumer * 64 + warp * 16 + lane / 4;  // this thread's rows: row0, row0 + 8
+  [[maybe_unused]] const int ct = threadIdx.x - 128;      // consumer thread 0..255
   const uint32_t a_off = static_cast<uint32_t>(consumer * 64 * kStageK);
   // 32-bit scale loads: every row base 4-byte aligned (num_kb % 4 == 0 and aligned bases).
   const bool words = (args.num_kb % 4) == 0 &&
@@ -220,12 +224,15 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int i = 0; i < kRegs; ++i)
       acc[i] = 0.0f;
-    [[maybe_unused]] float tot[kFold ? kRegs : 1];
-    // Unfolded B = 32 tiles (one K-chunk: wq_b, wo_b, w2) pipeline the K-blocks of a stage one
-    // deep: K-block kk + 1's wgmma is issued into the other partial before K-block kk is waited
-    // for and promoted, so the tensor core works during the promotion. The folded tiles keep
-    // their chunk totals in those registers and wait for each K-block.
-    constexpr bool kPipe = !kFold && kKb > 1;
+    // B = 32 pipelines the K-blocks of a stage one deep: K-block kk + 1's wgmma is issued into
+    // the other partial before kk is waited for and promoted, so the tensor core works during
+    // the promotion. (The K-chunk totals live in shared memory, which leaves the registers for
+    // the second partial.)
+    // (B = 128 has one K-block a stage: nothing to pipeline, and its totals stay in registers.)
+    constexpr bool kPipe = kKb > 1;
+    constexpr bool kTotSmem = kFold && kPipe;
+    [[maybe_unused]] int chunk_end = args.chunk_stages;  // the stage after this K-chunk
+    [[maybe_unused]] float tot[kFold && !kTotSmem ? kRegs : 1];
     float part[kPipe ? 2 : 1][kRegs];
 
     for (int it = 0; it < ns; ++it, ++g) {
@@ -285,7 +292,7 @@ __global__ void __launch_bounds__(384, 1)
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[s]);
 
-      if constexpr (kFold) {
+      if constexpr (kFold && !kTotSmem) {
         // End of a K-chunk: total = c0, then total = total + c (fixed order), acc restarts at 0.
         if ((it + 1) % args.chunk_stages == 0 || it + 1 == ns) {
           const bool first = it < args.chunk_stages;
@@ -295,12 +302,40 @@ __global__ void __launch_bounds__(384, 1)
             acc[i] = 0.0f;
           }
         }
+      } else if constexpr (kFold) {
+        // The same in shared memory (counters, not it % chunk_stages: no integer division).
+        if (it + 1 == chunk_end || it + 1 == ns) {
+          const bool first = chunk_end == args.chunk_stages;
+#pragma unroll
+          for (int q = 0; q < kRegs / 4; ++q) {
+            const uint32_t a = tot_addr + 16u * static_cast<uint32_t>(q * 256 + ct);
+            float4 v = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+            if (!first) {
+              const float4 t = lds_f32x4(a);
+              v = make_float4(t.x + v.x, t.y + v.y, t.z + v.z, t.w + v.w);
+            }
+            sts_f32x4(a, v);
+          }
+#pragma unroll
+          for (int i = 0; i < kRegs; ++i)
+            acc[i] = 0.0f;
+          chunk_end += args.chunk_stages;
+        }
       }
     }
-    if constexpr (kFold) {
+    if constexpr (kFold && !kTotSmem) {
 #pragma unroll
       for (int i = 0; i < kRegs; ++i)
         acc[i] = tot[i];
+    } else if constexpr (kFold) {
+#pragma unroll
+      for (int q = 0; q < kRegs / 4; ++q) {
+        const float4 t = lds_f32x4(tot_addr + 16u * static_cast<uint32_t>(q * 256 + ct));
+        acc[4 * q] = t.x;
+        acc[4 * q + 1] = t.y;
+        acc[4 * q + 2] = t.z;
+        acc[4 * q + 3] = t.w;
+      }
     }
     if (m0 + kBlockM <= args.m && n0 + kBlockN <= args.n && args.n % 2 == 0) {
       store_full_tile<kBlockN>(static_cast<OutT*>(args.out), args.n, acc, n0, m0 + row0, lane);
