@@ -2,8 +2,10 @@
 
 // The sm_90a FP8 block-scaled GEMM kernel: y[m, n] = sum_kb P_kb[m, n] * s_x[m, kb] * s_w[n/B, kb]
 // where P_kb is the e4m3 x e4m3 partial product of K-block kb from wgmma (fp32 accumulators).
+// This file: the 64-row tiles of 64 < m <= 256 (split-K over a cluster); m <= 64 is the swapped
+// kernel (fp8_gemm_sm90_swap.cuh), m > 256 the persistent one (fp8_gemm_sm90_prefill.cuh).
 //
-// CTA = one producer warpgroup (one thread issues the bulk tensor copies) + kConsumers consumer
+// CTA = one producer warpgroup (one thread issues the bulk tensor copies) + kConsumers (1) consumer
 // warpgroups, each owning 64 rows x kBlockN columns. A stage holds 128 K-columns of the quantised
 // activations [block_m x 128] and of the weight [kBlockN x 128] (both 128-byte swizzled,
 // K-major); full/empty mbarriers per stage. The activation scales (ue8m0 bytes [m, num_kb]) are
@@ -204,8 +206,7 @@ __device__ __forceinline__ void consume_halves_pipelined(
   }
 }
 
-template <int kBlockN, int kConsumers, int kBlock, int kStages, typename OutT, bool kSplit,
-          bool kFold>
+template <int kBlockN, int kConsumers, int kBlock, int kStages, typename OutT, bool kSplit>
 __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     fp8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                          const __grid_constant__ CUtensorMap map_b, const Sm90Args args) {
@@ -226,8 +227,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   const int warpgroup = threadIdx.x / 128;
   const int n0 = blockIdx.x * kBlockN;
   const int m0 = blockIdx.y * Cfg::kBlockM;
-  // Split-K (decode, kSplit): this CTA reduces K-chunk blockIdx.z (= its rank in a 1 x 1 x chunks
-  // cluster). Otherwise (prefill): all chunks, folded into a shared-memory total at each chunk end.
+  // Split-K: this CTA reduces K-chunk blockIdx.z (= its rank in a 1 x 1 x chunks cluster).
   const int it_begin = kSplit ? static_cast<int>(blockIdx.z) * args.chunk_stages : 0;
   const int it_end =
       kSplit ? min(args.num_k_stages, it_begin + args.chunk_stages) : args.num_k_stages;
@@ -247,7 +247,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     // Producer: one thread keeps kStages stages of copies in flight; the weight copies of the
     // first stages go out first (the weight-scale loads of the consumers overlap them). With two
     // consumer warpgroups it hands most of its registers to them (chunk totals live there).
-    if constexpr (kConsumers == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == 0) {
       const uint32_t tx = args.a_stage_bytes + Cfg::kStageB;
       const int pre = min(kStages, it_end - it_begin);
@@ -272,7 +271,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     return;
   }
 
-  if constexpr (kConsumers == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
   // The weight scales of this CTA's K-blocks (kScaleCols weight-block rows), loaded by the
   // consumers while the first copies are in flight; layout [kScaleCols][num_kb].
   {
@@ -312,7 +310,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   const bool have0 = grow0 < args.m;
   const bool have1 = grow0 + 8 < args.m;
 
-  static_assert(!kFold || kConsumers == 2, "the chunk fold is the prefill kernel's");
+  static_assert(kConsumers == 1 && kSplit,
+                "the 128-row prefill tiles are fp8_gemm_sm90_prefill.cuh's persistent kernel");
   if constexpr (kBlockN == 128 && kConsumers == 1) {
     consume_halves_pipelined<Cfg, kBlock>(args, s_a, s_b, full, empty, sw_addr, consumer, lane,
                                           it_begin, it_end, sa_row0, sa_row1, have0, have1, acc);
@@ -326,7 +325,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         kBlock == 32 ? (kBlockN <= 32 ? 4 : (kBlockN == 64 && kConsumers == 1 ? 2 : 1)) : 1;
     constexpr int kMmaPerKb = kBlock / 32;
     float part[kBatch][kRegs];
-    [[maybe_unused]] float tot[kFold ? kRegs : 1];  // prefill: fp32 K-chunk totals
     for (int it = it_begin; it < it_end; ++it) {
       const int li = it - it_begin;
       const int s = li % kStages;
@@ -386,34 +384,11 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[s]);
-
-      if constexpr (kFold) {
-        // End of a K-chunk: total = c0, then total = total + c (fixed order), acc restarts at 0.
-        if ((it + 1) % args.chunk_stages == 0 || it + 1 == it_end) {
-          const bool first = it < args.chunk_stages;
-#pragma unroll
-          for (int i = 0; i < kRegs; ++i) {
-            tot[i] = first ? acc[i] : tot[i] + acc[i];
-            acc[i] = 0.0f;
-          }
-        }
-      }
-    }
-    if constexpr (kFold) {
-#pragma unroll
-      for (int i = 0; i < kRegs; ++i)
-        acc[i] = tot[i];
     }
   }
 
-  if constexpr (kSplit) {
-    if (cluster_chunk_sum<kRegs, 128>(acc, true, reinterpret_cast<float*>(smem) + t)) {
-      store_tile<kBlockN>(static_cast<OutT*>(args.out), args, acc, n0, m0 + row0, lane);
-    }
-    return;
-  } else {
-    OutT* out = static_cast<OutT*>(args.out);
-    store_tile<kBlockN>(out, args, acc, n0, m0 + row0, lane);
+  if (cluster_chunk_sum<kRegs, 128>(acc, true, reinterpret_cast<float*>(smem) + t)) {
+    store_tile<kBlockN>(static_cast<OutT*>(args.out), args, acc, n0, m0 + row0, lane);
   }
 #endif
 }

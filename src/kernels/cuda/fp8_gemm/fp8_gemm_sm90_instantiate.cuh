@@ -40,23 +40,17 @@ void launch_split(Kernel kernel, const Fp8GemmPlan& plan, const Sm90Launch& l, u
   DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l.map_a, l.map_b, l.args));
 }
 
-template <int kBlockN, int kConsumers, int kBlock, int kStages, typename OutT, bool kFold = false>
+// The 64-row tiles (64 < m <= 256): one consumer warpgroup, one CTA per K-chunk of a split
+// cluster.
+template <int kBlockN, int kBlock, int kStages, typename OutT>
 void launch_config(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
-  constexpr bool kSplit = kConsumers == 1;
-  const auto kernel =
-      fp8_gemm_sm90_kernel<kBlockN, kConsumers, kBlock, kStages, OutT, kSplit, kFold>;
-  const size_t smem = sm90_smem_bytes(64 * kConsumers, kBlockN, kBlock, kStages, l.args.num_kb);
+  const auto kernel = fp8_gemm_sm90_kernel<kBlockN, 1, kBlock, kStages, OutT, true>;
+  const size_t smem = sm90_smem_bytes(64, kBlockN, kBlock, kStages, l.args.num_kb);
   DI_CHECK(smem == plan.smem_bytes && plan.stages == kStages,
            "fp8_gemm: plan does not match the kernel configuration");
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  if constexpr (kConsumers == 1) {
-    launch_split(kernel, plan, l, 128 * (kConsumers + 1), smem, /*pdl=*/false, stream);
-  } else {
-    kernel<<<dim3(plan.grid_n, plan.grid_m), 128 * (kConsumers + 1), smem, stream>>>(
-        l.map_a, l.map_b, l.args);
-    DI_CUDA_CHECK(cudaGetLastError());
-  }
+  launch_split(kernel, plan, l, 256, smem, /*pdl=*/false, stream);
 }
 
 // The persistent prefill kernel: plan.ctas CTAs walk the 128 x 128 tiles.
@@ -123,16 +117,16 @@ void dispatch_tile(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t st
   DI_CHECK(plan.block_m == 64, "fp8_gemm: unsupported block_m {}", plan.block_m);
   switch (plan.block_n) {
     case 16:
-      launch_config<16, 1, kBlock, kDecodeStages, OutT>(plan, l, stream);
+      launch_config<16, kBlock, kDecodeStages, OutT>(plan, l, stream);
       break;
     case 32:
-      launch_config<32, 1, kBlock, kDecodeStages, OutT>(plan, l, stream);
+      launch_config<32, kBlock, kDecodeStages, OutT>(plan, l, stream);
       break;
     case 64:
-      launch_config<64, 1, kBlock, kDecodeStages, OutT>(plan, l, stream);
+      launch_config<64, kBlock, kDecodeStages, OutT>(plan, l, stream);
       break;
     case 128:
-      launch_config<128, 1, kBlock, kDecodeStages, OutT>(plan, l, stream);
+      launch_config<128, kBlock, kDecodeStages, OutT>(plan, l, stream);
       break;
     default:
       DI_CHECK(false, "fp8_gemm: unsupported block_n {}", plan.block_n);
