@@ -216,13 +216,12 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   constexpr int kRegs = Mma::kRegs;
 
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                             ~static_cast<uintptr_t>(1023));
-  uint8_t* s_a = smem;
-  uint8_t* s_b = s_a + kStages * Cfg::kStageA;
-  uint64_t* full = reinterpret_cast<uint64_t*>(s_b + kStages * Cfg::kStageB);
-  uint64_t* empty = full + kStages;
-  float* s_sw = reinterpret_cast<float*>(empty + kStages);  // [kScaleCols][num_kb]
+  const StageRing ring = carve_stage_ring<kStages, Cfg::kStageA, Cfg::kStageB>(smem_raw);
+  uint8_t* s_a = ring.a;
+  uint8_t* s_b = ring.b;
+  uint64_t* full = ring.full;
+  uint64_t* empty = ring.empty;
+  float* s_sw = reinterpret_cast<float*>(ring.tail);  // [kScaleCols][num_kb]
 
   const int warpgroup = threadIdx.x / 128;
   const int n0 = blockIdx.x * kBlockN;
@@ -232,15 +231,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   const int it_end =
       kSplit ? min(args.num_k_stages, it_begin + args.chunk_stages) : args.num_k_stages;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4 * kConsumers);  // one arrival per consumer warp
-    }
-    mbar_init_fence();
-    tma_prefetch_descriptor(&map_a);
-    tma_prefetch_descriptor(&map_b);
-  }
+  if (threadIdx.x == 0) init_stage_ring<kStages>(ring, 4 * kConsumers, &map_a, &map_b);
   __syncthreads();
 
   if (warpgroup == 0) {
@@ -387,7 +378,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     }
   }
 
-  if (cluster_chunk_sum<kRegs, 128>(acc, true, reinterpret_cast<float*>(smem) + t)) {
+  if (cluster_chunk_sum<kRegs, 128>(acc, true, reinterpret_cast<float*>(ring.a) + t)) {
     store_tile<kBlockN>(static_cast<OutT*>(args.out), args, acc, n0, m0 + row0, lane);
   }
 #endif

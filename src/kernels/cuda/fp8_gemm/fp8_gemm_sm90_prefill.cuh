@@ -134,30 +134,21 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int kRegs = Mma::kRegs;
 
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                             ~static_cast<uintptr_t>(1023));
-  uint8_t* s_a = smem;
-  uint8_t* s_b = s_a + kStages * kStageA;
-  uint64_t* full = reinterpret_cast<uint64_t*>(s_b + kStages * kStageB);
-  uint64_t* empty = full + kStages;
+  const StageRing ring = carve_stage_ring<kStages, kStageA, kStageB>(smem_raw);
+  uint8_t* s_a = ring.a;
+  uint8_t* s_b = ring.b;
+  uint64_t* full = ring.full;
+  uint64_t* empty = ring.empty;
   // B = 32 with K-chunks: the consumer threads' chunk totals, [16][256] float4 (thread-private
   // columns; the registers hold the second partial instead).
-  const uint32_t tot_addr = (smem_addr(empty + kStages) + 15u) & ~15u;
+  const uint32_t tot_addr = (smem_addr(ring.tail) + 15u) & ~15u;
 
   const int grid_m = (args.m + kBlockM - 1) / kBlockM;
   const int grid_n = (args.n + kBlockN - 1) / kBlockN;
   const int tiles = grid_m * grid_n;
   const int ns = args.num_k_stages;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 8);  // one arrival per consumer warp
-    }
-    mbar_init_fence();
-    tma_prefetch_descriptor(&map_a);
-    tma_prefetch_descriptor(&map_b);
-  }
+  if (threadIdx.x == 0) init_stage_ring<kStages>(ring, 8, &map_a, &map_b);  // 8 consumer warps
   __syncthreads();
 
   if (threadIdx.x < 128) {

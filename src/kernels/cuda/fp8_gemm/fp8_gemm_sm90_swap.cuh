@@ -52,13 +52,12 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
   constexpr int kSwRows = kRows / kBlock > 0 ? kRows / kBlock : 1;  // weight-scale rows touched
 
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                             ~static_cast<uintptr_t>(1023));
-  uint8_t* s_w = smem;
-  uint8_t* s_x = s_w + kStages * kStageW;
-  uint64_t* full = reinterpret_cast<uint64_t*>(s_x + kStages * kStageX);
-  uint64_t* empty = full + kStages;
-  uint8_t* s_swb = reinterpret_cast<uint8_t*>(empty + kStages);  // [kSwRows][chunk_kbs]
+  const StageRing ring = carve_stage_ring<kStages, kStageW, kStageX>(smem_raw);
+  uint8_t* s_w = ring.a;
+  uint8_t* s_x = ring.b;
+  uint64_t* full = ring.full;
+  uint64_t* empty = ring.empty;
+  uint8_t* s_swb = ring.tail;  // [kSwRows][chunk_kbs]
   const int chunk_kbs = args.chunk_stages * kKbPerStage;
   // Activation scales as floats [chunk_kbs][kTok] (a thread's token pair is one 8-byte load).
   float* s_sxf = reinterpret_cast<float*>(s_swb + swap_sw_bytes(kSwRows, chunk_kbs));
@@ -71,15 +70,7 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
 
-  if (threadIdx.x == 128 * kWgs) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4 * kWgs);  // one arrival per consumer warp
-    }
-    mbar_init_fence();
-    tma_prefetch_descriptor(&map_x);
-    tma_prefetch_descriptor(&map_w);
-  }
+  if (threadIdx.x == 128 * kWgs) init_stage_ring<kStages>(ring, 4 * kWgs, &map_x, &map_w);
   __syncthreads();
 
   grid_launch_dependents();  // the next kernel may start its weight-only prologue early
@@ -222,7 +213,7 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
   }
 
   if (cluster_chunk_sum<kRegs, 128 * kWgs>(
-          acc, true, reinterpret_cast<float*>(smem) + wg * kRegs * 128 + t % 128)) {
+          acc, true, reinterpret_cast<float*>(ring.a) + wg * kRegs * 128 + t % 128)) {
     OutT* out = static_cast<OutT*>(args.out);
 #pragma unroll
     for (int j = 0; j < kTok / 8; ++j) {

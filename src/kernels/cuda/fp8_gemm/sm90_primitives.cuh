@@ -87,6 +87,36 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// The stage ring of the FP8 GEMM kernels in dynamic shared memory: kStages stages of operand A
+// (kStageA bytes each), then of operand B, then the full and empty barriers; `tail` is the first
+// byte after them (kernel-specific tables). The base is rounded up to 1024 bytes (the 128-byte
+// swizzle's alignment; the launch adds that slack).
+struct StageRing {
+  uint8_t* a;
+  uint8_t* b;
+  uint64_t* full;
+  uint64_t* empty;
+  uint8_t* tail;
+};
+
+template <int kStages, int kStageA, int kStageB>
+__device__ __forceinline__ StageRing carve_stage_ring(uint8_t* smem_raw) {
+  StageRing r;
+  r.a = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                   ~static_cast<uintptr_t>(1023));
+  r.b = r.a + kStages * kStageA;
+  r.full = reinterpret_cast<uint64_t*>(r.b + kStages * kStageB);
+  r.empty = r.full + kStages;
+  r.tail = reinterpret_cast<uint8_t*>(r.empty + kStages);
+  return r;
+}
+
+// One thread: the ring's barriers (full: the producer's one arrival + the copies' bytes; empty:
+// `consumer_arrivals`), made visible to the copy engine, and the two tensor maps prefetched.
+template <int kStages>
+__device__ __forceinline__ void init_stage_ring(const StageRing& r, uint32_t consumer_arrivals,
+                                                const CUtensorMap* map_a, const CUtensorMap* map_b);
+
 // 2-D bulk tensor copy global -> shared, completing `bar`'s transaction count. c0 is the inner
 // (contiguous) coordinate.
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar,
@@ -100,6 +130,19 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
 
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+template <int kStages>
+__device__ __forceinline__ void init_stage_ring(const StageRing& r, uint32_t consumer_arrivals,
+                                                const CUtensorMap* map_a,
+                                                const CUtensorMap* map_b) {
+  for (int s = 0; s < kStages; ++s) {
+    mbar_init(&r.full[s], 1);
+    mbar_init(&r.empty[s], consumer_arrivals);
+  }
+  mbar_init_fence();
+  tma_prefetch_descriptor(map_a);
+  tma_prefetch_descriptor(map_b);
 }
 
 // Programmatic dependent launch: wait until the preceding grid in the stream completed and its
