@@ -3,11 +3,11 @@
 # the variants
 #   main (main: attention_bench, cuda_forward_bench, deepinfer, fp8_gemm_bench,
 #         fp8_gemm_kernel_test, mhc_bench),
-#   pers (main + experiments/fp8-fold-smem: cuda_forward_bench, fp8_gemm_bench,
-#         fp8_gemm_kernel_test).
+#   pers (main + experiments/SERIES: cuda_forward_bench, fp8_gemm_bench, fp8_gemm_kernel_test);
+#   none is pending (the twenty-seventh session merged fp8-merge and fp8-fold-smem).
 # One call per phase, carry [".carry"]:
-#   bash scripts/gpu_pending_run.sh 5  # fp8-fold-smem: fp8_gemm_bench M 4096 main / pers, then
-#                                      # pers's fp8_gemm_kernel_test
+#   bash scripts/gpu_pending_run.sh 5  # fp8_gemm_bench M 4096 main / pers, then pers's
+#                                      # fp8_gemm_kernel_test
 #   bash scripts/gpu_pending_run.sh 2  # the forward's prefill and batch-1 decode for main and
 #                                      # pers (gpu_ab_run.sh: 4,096-token prompts, whose FP8
 #                                      # GEMMs take the prefill kernels)
@@ -16,7 +16,7 @@
 # The bundle, built here:
 #   bash scripts/gpu_ab_prepare.sh \
 #     main=attention_bench,cuda_forward_bench,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench \
-#     pers@fp8-fold-smem=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test
+#     pers@SERIES=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test
 # Logs packed into ${OUT}/logs.tar.xz.
 set -uo pipefail
 # shellcheck source=scripts/gpu_carry_lib.sh
@@ -26,8 +26,8 @@ M=.carry/ab/main FX=$PWD/.carry/ab/fixture
 summary() { grep -E '^\[  (PASSED|FAILED)  \]|^\[  FAILED  \] [A-Z]' "$1" | head -n 20; }
 case "${1:-5}" in
   5)
-    # fp8-fold-smem (pers = main + experiments/fp8-fold-smem): fp8_gemm_bench M 4096 main / pers,
-    # then pers's fp8_gemm_kernel_test (parity; rows bitwise batch-invariant).
+    # fp8_gemm_bench M 4096 main / pers, then pers's fp8_gemm_kernel_test (parity; rows bitwise
+    # batch-invariant).
     for v in main pers; do
       timeout 100 .carry/ab/"${v}"/fp8_gemm_bench "" 4096 > "${out}/fp8_${v}_4096.log" 2>&1
       echo "-- ${v} M 4096:"; grep -E '^\| v4' "${out}/fp8_${v}_4096.log" | cut -d'|' -f2,6,7
