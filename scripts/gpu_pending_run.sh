@@ -4,7 +4,7 @@
 #   main (main: attention_bench, cuda_forward_bench, deepinfer, fp8_gemm_bench,
 #         fp8_gemm_kernel_test, mhc_bench),
 #   pers (main + experiments/SERIES: cuda_forward_bench, fp8_gemm_bench, fp8_gemm_kernel_test);
-#   none is pending (the twenty-seventh session merged fp8-merge and fp8-fold-smem).
+#   pending: SERIES = fp8-prefill-pairs (phase 5, then 2).
 # One call per phase, carry [".carry"]:
 #   bash scripts/gpu_pending_run.sh 5  # fp8_gemm_bench M 4096 main / pers, then pers's
 #                                      # fp8_gemm_kernel_test
