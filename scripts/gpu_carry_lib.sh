@@ -71,12 +71,16 @@ ncu_env() {
 # KERNEL_REGEX (after SKIP of them) in BINARY, under Nsight Compute with the source and warp-state
 # sections; the stall samples per SASS instruction land in DIR/NAME_src_sass.txt (ncu's source
 # page as CSV; the report itself is removed), the collection's output in DIR/NAME_src_collect.log.
-# Uses the A/B bundle's libraries (.carry/ab/lib).
+# Uses the A/B bundle's libraries (.carry/ab/lib). NCU_SAMPLING_INTERVAL (0-31; unset: ncu's
+# default): one warp-state sample every 2^(5 + value) cycles; 0 for kernels of a few µs (the
+# batch-1 attention's default page held 94 samples).
 ncu_source_page() {
   local dir=$1 name=$2 regex=$3 skip=$4
   shift 4
   (GPU_LIB_DIR=.carry/ab/lib ncu_env
-   timeout 120 ncu --clock-control none -k "regex:${regex}" --launch-skip "${skip}" \
+   local sampling=()
+   [[ -n "${NCU_SAMPLING_INTERVAL:-}" ]] && sampling=(--sampling-interval "${NCU_SAMPLING_INTERVAL}")
+   timeout 120 ncu --clock-control none "${sampling[@]}" -k "regex:${regex}" --launch-skip "${skip}" \
      --launch-count 1 --section SourceCounters --section WarpStateStats -o "${dir}/${name}_src" \
      "$@" > "${dir}/${name}_src_collect.log" 2>&1
    ncu -i "${dir}/${name}_src.ncu-rep" --page source --print-source sass --csv \
