@@ -79,7 +79,9 @@ ncu_source_page() {
   shift 4
   (GPU_LIB_DIR=.carry/ab/lib ncu_env
    local sampling=()
-   [[ -n "${NCU_SAMPLING_INTERVAL:-}" ]] && sampling=(--sampling-interval "${NCU_SAMPLING_INTERVAL}")
+   if [[ -n "${NCU_SAMPLING_INTERVAL:-}" ]]; then
+     sampling=(--sampling-interval "${NCU_SAMPLING_INTERVAL}")
+   fi
    timeout 120 ncu --clock-control none "${sampling[@]}" -k "regex:${regex}" --launch-skip "${skip}" \
      --launch-count 1 --section SourceCounters --section WarpStateStats -o "${dir}/${name}_src" \
      "$@" > "${dir}/${name}_src_collect.log" 2>&1
