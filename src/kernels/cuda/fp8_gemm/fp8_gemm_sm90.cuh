@@ -115,6 +115,18 @@ __device__ __forceinline__ bool cluster_chunk_sum(float* acc, bool consumer, flo
   return mine;
 }
 
+// The k32 wgmmas of K-block kk (kBlock / 32 of them, chained from scale-d = 0) of the stage whose
+// operand descriptors are desc_a / desc_b, into d; no fence or commit (the caller groups them).
+template <typename Mma, int kBlock>
+__device__ __forceinline__ void mma_kblock(float* d, uint64_t desc_a, uint64_t desc_b, int kk) {
+  constexpr int kMmaPerKb = kBlock / 32;
+#pragma unroll
+  for (int j = 0; j < kMmaPerKb; ++j) {
+    const int k32 = kk * kMmaPerKb + j;  // 32-byte steps: +2 in the >> 4 field
+    Mma::mma(d, desc_a + 2 * k32, desc_b + 2 * k32, j == 0 ? 0 : 1);
+  }
+}
+
 // The consumer loop of the 64 x 128 tiles (64 < m <= 256: one consumer warpgroup, a K-chunk of
 // a split cluster; the 128 x 128 prefill tile was not faster so, docs/PERF.md 2026-12-05). The
 // tile's N is issued as two n64 halves, each (K-block, half) a wgmma group of its own, pipelined
@@ -134,7 +146,6 @@ __device__ __forceinline__ void consume_halves_pipelined(
   constexpr int kHr = Half::kRegs;
   constexpr int kKb = Cfg::kKbPerStage;
   constexpr int kOps = 2 * kKb;  // (K-block, half) groups a stage: even, so half h uses ph[h]
-  constexpr int kMmaPerKb = kBlock / 32;
   constexpr int kHalfScales = kHalfN >= kBlock ? kHalfN / kBlock : 1;
   constexpr int kStages = Cfg::kPipeStages;
   float ph[2][kHr];
@@ -143,11 +154,7 @@ __device__ __forceinline__ void consume_halves_pipelined(
     const uint64_t desc_a = smem_desc_k128_sw128(a_rows + s * Cfg::kStageA);
     const uint64_t desc_b = smem_desc_k128_sw128(s_b + s * Cfg::kStageB + h * kHalfN * kStageK);
     wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < kMmaPerKb; ++j) {
-      const int k32 = kk * kMmaPerKb + j;  // 32-byte steps: +2 in the >> 4 field
-      Half::mma(d, desc_a + 2 * k32, desc_b + 2 * k32, j == 0 ? 0 : 1);
-    }
+    mma_kblock<Half, kBlock>(d, desc_a, desc_b, kk);
     wgmma_commit();
   };
 
@@ -314,7 +321,6 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     // K order).
     constexpr int kBatch =
         kBlock == 32 ? (kBlockN <= 32 ? 4 : (kBlockN == 64 && kConsumers == 1 ? 2 : 1)) : 1;
-    constexpr int kMmaPerKb = kBlock / 32;
     float part[kBatch][kRegs];
     for (int it = it_begin; it < it_end; ++it) {
       const int li = it - it_begin;
@@ -334,13 +340,8 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
       for (int kk0 = 0; kk0 < Cfg::kKbPerStage; kk0 += kBatch) {
         wgmma_fence();
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-#pragma unroll
-          for (int j = 0; j < kMmaPerKb; ++j) {
-            const int k32 = (kk0 + b) * kMmaPerKb + j;  // 32-byte steps: +2 in the >> 4 field
-            Mma::mma(part[b], desc_a + 2 * k32, desc_b + 2 * k32, j == 0 ? 0 : 1);
-          }
-        }
+        for (int b = 0; b < kBatch; ++b)
+          mma_kblock<Mma, kBlock>(part[b], desc_a, desc_b, kk0 + b);
         wgmma_commit();
         wgmma_wait<0>();
 #pragma unroll

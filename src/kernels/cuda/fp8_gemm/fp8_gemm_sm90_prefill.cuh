@@ -36,13 +36,13 @@ namespace di::fp8_sm90 {
 inline constexpr int kPrefillGroupM = 8;  // m-tiles walked per n-tile (L2 reuse of the weight)
 
 // Tile t of the grouped order -> (m-tile, n-tile).
-__device__ __forceinline__ void prefill_tile_coords(int t, int grid_m, int grid_n, int group,
-                                                    int& tm, int& tn) {
-  const int per_group = group * grid_n;
+__device__ __forceinline__ void prefill_tile_coords(int t, int grid_m, int grid_n, int& tm,
+                                                    int& tn) {
+  const int per_group = kPrefillGroupM * grid_n;
   const int g = t / per_group;
   const int r = t - g * per_group;
-  const int gm = min(group, grid_m - g * group);
-  tm = g * group + r % gm;
+  const int gm = min(kPrefillGroupM, grid_m - g * kPrefillGroupM);
+  tm = g * kPrefillGroupM + r % gm;
   tn = r / gm;
 }
 
@@ -129,16 +129,13 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int kStageB = kBlockN * kStageK;
   constexpr int kKb = kStageK / kBlock;         // K-blocks per stage
   constexpr int kScaleCols = kBlockN / kBlock;  // weight-block rows per tile
-  constexpr int kMmaPerKb = kBlock / 32;
   using Mma = WgmmaE4m3<kBlockN>;
   constexpr int kRegs = Mma::kRegs;
 
   extern __shared__ uint8_t smem_raw[];
   const StageRing ring = carve_stage_ring<kStages, kStageA, kStageB>(smem_raw);
-  uint8_t* s_a = ring.a;
-  uint8_t* s_b = ring.b;
-  uint64_t* full = ring.full;
-  uint64_t* empty = ring.empty;
+  uint64_t* const full = ring.full;
+  uint64_t* const empty = ring.empty;
   // B = 32 with K-chunks: the consumer threads' chunk totals, [16][256] float4 (thread-private
   // columns; the registers hold the second partial instead).
   const uint32_t tot_addr = (smem_addr(ring.tail) + 15u) & ~15u;
@@ -159,13 +156,13 @@ __global__ void __launch_bounds__(384, 1)
       uint32_t g = 0;
       for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int tm, tn;
-        prefill_tile_coords(t, grid_m, grid_n, kPrefillGroupM, tm, tn);
+        prefill_tile_coords(t, grid_m, grid_n, tm, tn);
         for (int it = 0; it < ns; ++it, ++g) {
           const uint32_t s = g % kStages;
           if (g >= kStages) mbar_wait(&empty[s], ((g / kStages) - 1) & 1);
           mbar_arrive_expect_tx(&full[s], tx);
-          tma_load_2d(s_b + s * kStageB, &map_b, &full[s], it * kStageK, tn * kBlockN);
-          tma_load_2d(s_a + s * kStageA, &map_a, &full[s], it * kStageK, tm * kBlockM);
+          tma_load_2d(ring.b + s * kStageB, &map_b, &full[s], it * kStageK, tn * kBlockN);
+          tma_load_2d(ring.a + s * kStageA, &map_a, &full[s], it * kStageK, tm * kBlockM);
         }
       }
     }
@@ -188,7 +185,7 @@ __global__ void __launch_bounds__(384, 1)
   uint32_t g = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
-    prefill_tile_coords(t, grid_m, grid_n, kPrefillGroupM, tm, tn);
+    prefill_tile_coords(t, grid_m, grid_n, tm, tn);
     const int m0 = tm * kBlockM;
     const int n0 = tn * kBlockN;
     const int64_t grow0 = static_cast<int64_t>(m0) + row0;
@@ -231,15 +228,11 @@ __global__ void __launch_bounds__(384, 1)
       if (it + 1 < ns) next = load(it + 1);
       const uint32_t s = g % kStages;
       mbar_wait(&full[s], (g / kStages) & 1);
-      const uint64_t desc_a = smem_desc_k128_sw128(s_a + s * kStageA + a_off);
-      const uint64_t desc_b = smem_desc_k128_sw128(s_b + s * kStageB);
+      const uint64_t desc_a = smem_desc_k128_sw128(ring.a + s * kStageA + a_off);
+      const uint64_t desc_b = smem_desc_k128_sw128(ring.b + s * kStageB);
       const auto issue = [&](int kk, float(&d)[kRegs]) {
         wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < kMmaPerKb; ++j) {
-          const int k32 = kk * kMmaPerKb + j;  // 32-byte steps: +2 in the >> 4 field
-          Mma::mma(d, desc_a + 2 * k32, desc_b + 2 * k32, j == 0 ? 0 : 1);
-        }
+        mma_kblock<Mma, kBlock>(d, desc_a, desc_b, kk);
         wgmma_commit();
       };
       const auto promote = [&](int kk, float(&d)[kRegs]) {
@@ -285,6 +278,7 @@ __global__ void __launch_bounds__(384, 1)
 
       if constexpr (kFold && !kTotSmem) {
         // End of a K-chunk: total = c0, then total = total + c (fixed order), acc restarts at 0.
+        // (it % chunk_stages, not the counters below: with them this variant's registers spill.)
         if ((it + 1) % args.chunk_stages == 0 || it + 1 == ns) {
           const bool first = it < args.chunk_stages;
 #pragma unroll
