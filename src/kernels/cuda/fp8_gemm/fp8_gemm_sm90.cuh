@@ -5,11 +5,11 @@
 // This file: the 64-row tiles of 64 < m <= 256 (split-K over a cluster); m <= 64 is the swapped
 // kernel (fp8_gemm_sm90_swap.cuh), m > 256 the persistent one (fp8_gemm_sm90_prefill.cuh).
 //
-// CTA = one producer warpgroup (one thread issues the bulk tensor copies) + kConsumers (1) consumer
-// warpgroups, each owning 64 rows x kBlockN columns. A stage holds 128 K-columns of the quantised
-// activations [block_m x 128] and of the weight [kBlockN x 128] (both 128-byte swizzled,
-// K-major); full/empty mbarriers per stage. The activation scales (ue8m0 bytes [m, num_kb]) are
-// read per thread, the weight scales of the tile once into shared memory.
+// CTA = one producer warpgroup (one thread issues the bulk tensor copies) + one consumer warpgroup
+// owning 64 rows x kBlockN columns, one CTA per K-chunk of a 1 x 1 x chunks cluster. A stage holds
+// 128 K-columns of the quantised activations [block_m x 128] and of the weight [kBlockN x 128]
+// (both 128-byte swizzled, K-major); full/empty mbarriers per stage. The activation scales (ue8m0
+// bytes [m, num_kb]) are read per thread, the weight scales of the tile once into shared memory.
 //
 // Per K-block the consumer issues the k32 wgmmas of that block into a fresh partial (scale-d = 0
 // on the first), waits, and promotes: acc = fma(partial, s_x * s_w, acc). That order is the same
@@ -29,10 +29,10 @@ namespace di::fp8_sm90 {
 
 constexpr int kStageK = 128;  // K-columns per pipeline stage (one 128-byte swizzle row)
 
-template <int kBlockN, int kConsumers, int kBlock, int kStages>
+template <int kBlockN, int kBlock, int kStages>
 struct Sm90Config {
-  static constexpr int kBlockM = 64 * kConsumers;
-  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kBlockM = 64;
+  static constexpr int kThreads = 256;
   static constexpr int kKbPerStage = kStageK / kBlock;
   static constexpr int kStageA = kBlockM * kStageK;
   static constexpr int kStageB = kBlockN * kStageK;
@@ -213,12 +213,12 @@ __device__ __forceinline__ void consume_halves_pipelined(
   }
 }
 
-template <int kBlockN, int kConsumers, int kBlock, int kStages, typename OutT, bool kSplit>
-__global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
+template <int kBlockN, int kBlock, int kStages, typename OutT>
+__global__ void __launch_bounds__(256, 1)
     fp8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                          const __grid_constant__ CUtensorMap map_b, const Sm90Args args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  using Cfg = Sm90Config<kBlockN, kConsumers, kBlock, kStages>;
+  using Cfg = Sm90Config<kBlockN, kBlock, kStages>;
   using Mma = WgmmaE4m3<kBlockN>;
   constexpr int kRegs = Mma::kRegs;
 
@@ -234,11 +234,10 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   const int n0 = blockIdx.x * kBlockN;
   const int m0 = blockIdx.y * Cfg::kBlockM;
   // Split-K: this CTA reduces K-chunk blockIdx.z (= its rank in a 1 x 1 x chunks cluster).
-  const int it_begin = kSplit ? static_cast<int>(blockIdx.z) * args.chunk_stages : 0;
-  const int it_end =
-      kSplit ? min(args.num_k_stages, it_begin + args.chunk_stages) : args.num_k_stages;
+  const int it_begin = static_cast<int>(blockIdx.z) * args.chunk_stages;
+  const int it_end = min(args.num_k_stages, it_begin + args.chunk_stages);
 
-  if (threadIdx.x == 0) init_stage_ring<kStages>(ring, 4 * kConsumers, &map_a, &map_b);
+  if (threadIdx.x == 0) init_stage_ring<kStages>(ring, 4, &map_a, &map_b);  // 4 consumer warps
   __syncthreads();
 
   if (warpgroup == 0) {
@@ -265,7 +264,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
         tma_load_2d(s_b + s * Cfg::kStageB, &map_b, &full[s], it * kStageK, n0);
       }
     }
-    if constexpr (kSplit) cluster_chunk_sum<kRegs, 128>(nullptr, false, nullptr);
+    cluster_chunk_sum<kRegs, 128>(nullptr, false, nullptr);
     return;
   }
 
@@ -275,7 +274,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     const int scale_row0 = n0 / kBlock;
     const int kb0 = it_begin * Cfg::kKbPerStage;
     const int nkb = min(args.num_kb, it_end * Cfg::kKbPerStage) - kb0;
-    for (int i = threadIdx.x - 128; i < Cfg::kScaleCols * nkb; i += 128 * kConsumers) {
+    for (int i = threadIdx.x - 128; i < Cfg::kScaleCols * nkb; i += 128) {
       const int c = i / nkb;
       const int kb = kb0 + (i - c * nkb);
       const int r = scale_row0 + c;
@@ -284,7 +283,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
               ? ue8m0_to_float(args.weight_scale[static_cast<int64_t>(r) * args.num_kb + kb])
               : 0.0f;
     }
-    asm volatile("bar.sync 2, %0;" ::"n"(128 * kConsumers) : "memory");
+    asm volatile("bar.sync 2, 128;" ::: "memory");
   }
 
   // Consumers.
@@ -308,9 +307,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
   const bool have0 = grow0 < args.m;
   const bool have1 = grow0 + 8 < args.m;
 
-  static_assert(kConsumers == 1 && kSplit,
-                "the 128-row prefill tiles are fp8_gemm_sm90_prefill.cuh's persistent kernel");
-  if constexpr (kBlockN == 128 && kConsumers == 1) {
+  if constexpr (kBlockN == 128) {
     consume_halves_pipelined<Cfg, kBlock>(args, s_a, s_b, full, empty, sw_addr, consumer, lane,
                                           it_begin, it_end, sa_row0, sa_row1, have0, have1, acc);
   } else {
@@ -319,8 +316,7 @@ __global__ void __launch_bounds__(128 * (kConsumers + 1), 1)
     // per stage for the narrow decode tiles, where registers are plentiful. The arithmetic per
     // element is the same for every kBatch (each partial starts from scale-d = 0; promotions in
     // K order).
-    constexpr int kBatch =
-        kBlock == 32 ? (kBlockN <= 32 ? 4 : (kBlockN == 64 && kConsumers == 1 ? 2 : 1)) : 1;
+    constexpr int kBatch = kBlock == 32 ? (kBlockN <= 32 ? 4 : (kBlockN == 64 ? 2 : 1)) : 1;
     float part[kBatch][kRegs];
     for (int it = it_begin; it < it_end; ++it) {
       const int li = it - it_begin;

@@ -44,7 +44,7 @@ void launch_split(Kernel kernel, const Fp8GemmPlan& plan, const Sm90Launch& l, u
 // cluster.
 template <int kBlockN, int kBlock, int kStages, typename OutT>
 void launch_config(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stream) {
-  const auto kernel = fp8_gemm_sm90_kernel<kBlockN, 1, kBlock, kStages, OutT, true>;
+  const auto kernel = fp8_gemm_sm90_kernel<kBlockN, kBlock, kStages, OutT>;
   const size_t smem = sm90_smem_bytes(64, kBlockN, kBlock, kStages, l.args.num_kb);
   DI_CHECK(smem == plan.smem_bytes && plan.stages == kStages,
            "fp8_gemm: plan does not match the kernel configuration");
