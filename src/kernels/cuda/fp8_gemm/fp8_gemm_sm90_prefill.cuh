@@ -25,6 +25,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/fp8_gemm/fp8_gemm_sm90.cuh"
 #include "kernels/cuda/fp8_gemm/fp8_gemm_sm90_launch.h"
@@ -223,11 +224,16 @@ __global__ void __launch_bounds__(384, 1)
     [[maybe_unused]] float tot[kFold && !kTotSmem ? kRegs : 1];
     float part[kPipe ? 2 : 1][kRegs];
 
-    for (int it = 0; it < ns; ++it, ++g) {
+    // One stage (it, ring slot gg). issued0: its first K-block's wgmma is in flight already;
+    // cross: issue the next stage's first K-block before promoting this stage's last one. A
+    // wgmma in flight across the loop's back edge makes ptxas serialise every wgmma (C7514), so
+    // the stages run in pairs, the first crossing into the second, and the pipeline drains at
+    // each pair's end.
+    const auto stage = [&](int it, uint32_t gg, auto issued0, auto cross) {
       const StageScales<kKb, kScaleCols> cur = next;
       if (it + 1 < ns) next = load(it + 1);
-      const uint32_t s = g % kStages;
-      mbar_wait(&full[s], (g / kStages) & 1);
+      const uint32_t s = gg % kStages;
+      if constexpr (!decltype(issued0)::value) mbar_wait(&full[s], (gg / kStages) & 1);
       const uint64_t desc_a = smem_desc_k128_sw128(ring.a + s * kStageA + a_off);
       const uint64_t desc_b = smem_desc_k128_sw128(ring.b + s * kStageB);
       const auto issue = [&](int kk, float(&d)[kRegs]) {
@@ -254,14 +260,27 @@ __global__ void __launch_bounds__(384, 1)
         }
       };
       if constexpr (kPipe) {
-        issue(0, part[0]);
+        if constexpr (!decltype(issued0)::value) issue(0, part[0]);
 #pragma unroll
         for (int kk = 0; kk < kKb; ++kk) {
           if (kk + 1 < kKb) {
             issue(kk + 1, part[(kk + 1) & 1]);
             wgmma_wait<1>();
+          } else if constexpr (decltype(cross)::value) {
+            // The next stage's first K-block, before this stage's last one is promoted.
+            const uint32_t s1 = (gg + 1) % kStages;
+            mbar_wait(&full[s1], ((gg + 1) / kStages) & 1);
+            wgmma_fence();
+            mma_kblock<Mma, kBlock>(part[0], smem_desc_k128_sw128(ring.a + s1 * kStageA + a_off),
+                                    smem_desc_k128_sw128(ring.b + s1 * kStageB), 0);
+            wgmma_commit();
+            wgmma_wait<1>();
           } else {
             wgmma_wait<0>();
+          }
+          if (kk + 1 == kKb) {  // every wgmma reading stage s has completed
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[s]);
           }
           promote(kk, part[kk & 1]);
         }
@@ -272,9 +291,9 @@ __global__ void __launch_bounds__(384, 1)
           wgmma_wait<0>();
           promote(kk, part[0]);
         }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[s]);
 
       if constexpr (kFold && !kTotSmem) {
         // End of a K-chunk: total = c0, then total = total + c (fixed order), acc restarts at 0.
@@ -307,7 +326,18 @@ __global__ void __launch_bounds__(384, 1)
           chunk_end += args.chunk_stages;
         }
       }
+    };
+    using No = std::false_type;
+    using Yes = std::true_type;
+    int it = 0;
+    if constexpr (kPipe) {
+      for (; it + 1 < ns; it += 2, g += 2) {
+        stage(it, g, No{}, Yes{});
+        stage(it + 1, g + 1, Yes{}, No{});
+      }
     }
+    for (; it < ns; ++it, ++g)
+      stage(it, g, No{}, No{});
     if constexpr (kFold && !kTotSmem) {
 #pragma unroll
       for (int i = 0; i < kRegs; ++i)
