@@ -80,7 +80,7 @@ ncu_source_page() {
   (GPU_LIB_DIR=.carry/ab/lib ncu_env
    local sampling=()
    if [[ -n "${NCU_SAMPLING_INTERVAL:-}" ]]; then
-     sampling=(--sampling-interval "${NCU_SAMPLING_INTERVAL}")
+     sampling=(--warp-sampling-interval "${NCU_SAMPLING_INTERVAL}")
    fi
    timeout 120 ncu --clock-control none "${sampling[@]}" -k "regex:${regex}" --launch-skip "${skip}" \
      --launch-count 1 --section SourceCounters --section WarpStateStats -o "${dir}/${name}_src" \
