@@ -3,20 +3,20 @@
 # the variants
 #   main (main: attention_bench, cuda_forward_bench, deepinfer, fp8_gemm_bench,
 #         fp8_gemm_kernel_test, mhc_bench),
-#   pers (main + experiments/SERIES: cuda_forward_bench, fp8_gemm_bench, fp8_gemm_kernel_test);
-#   pending: SERIES = fp8-prefill-pairs (phase 5, then 2).
+#   swp (main + experiments/SERIES: cuda_forward_bench, fp8_gemm_bench, fp8_gemm_kernel_test);
+#   pending: SERIES = swap-prologue (phase 6, then 2 with "main swp").
 # One call per phase, carry [".carry"]:
-#   bash scripts/gpu_pending_run.sh 5  # fp8_gemm_bench M 4096 main / pers, then pers's
-#                                      # fp8_gemm_kernel_test
-#   bash scripts/gpu_pending_run.sh 2  # the forward's prefill and batch-1 decode for main and
-#                                      # pers (gpu_ab_run.sh: 4,096-token prompts, whose FP8
-#                                      # GEMMs take the prefill kernels)
-# (Phases 1, 3 and 4, the twenty-seventh session's variants of the persistent kernel and its
-# merge candidate, are in git history.)
+#   bash scripts/gpu_pending_run.sh 6  # swp's fp8_gemm_kernel_test, then fp8_gemm_bench at M 1,
+#                                      # 16 and 64 for main / swp alternated twice, then two
+#                                      # source pages of swp's swapped kernel (wq_b M 16, wkv M 1)
+#   bash scripts/gpu_pending_run.sh 2 VARIANT  # the forward's prefill and batch-1 decode, main
+#                                              # against VARIANT (gpu_ab_run.sh)
+# (Phases 1, 3, 4 and 5, the twenty-seventh and twenty-eighth sessions' variants of the
+# persistent prefill kernel, are in git history.)
 # The bundle, built here:
 #   bash scripts/gpu_ab_prepare.sh \
 #     main=attention_bench,cuda_forward_bench,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench \
-#     pers@SERIES=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test
+#     swp@SERIES=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test
 # Logs packed into ${OUT}/logs.tar.xz.
 set -uo pipefail
 # shellcheck source=scripts/gpu_carry_lib.sh
@@ -24,22 +24,29 @@ source scripts/gpu_carry_lib.sh
 ab_run_setup
 M=.carry/ab/main FX=$PWD/.carry/ab/fixture
 summary() { grep -E '^\[  (PASSED|FAILED)  \]|^\[  FAILED  \] [A-Z]' "$1" | head -n 20; }
-case "${1:-5}" in
-  5)
-    # fp8_gemm_bench M 4096 main / pers, then pers's fp8_gemm_kernel_test (parity; rows bitwise
-    # batch-invariant).
-    for v in main pers; do
-      timeout 100 .carry/ab/"${v}"/fp8_gemm_bench "" 4096 > "${out}/fp8_${v}_4096.log" 2>&1
-      echo "-- ${v} M 4096:"; grep -E '^\| v4' "${out}/fp8_${v}_4096.log" | cut -d'|' -f2,6,7
+case "${1:-6}" in
+  6)
+    timeout 300 .carry/ab/swp/fp8_gemm_kernel_test > "${out}/swp_fp8_test.log" 2>&1
+    echo "== swp fp8_gemm_kernel_test: rc $?"; summary "${out}/swp_fp8_test.log"
+    grep -E 'rows differ' "${out}/swp_fp8_test.log" | grep -v ' 0 of ' | head -n 12
+    for m in 1 16 64; do
+      for r in 1 2; do
+        for v in main swp; do
+          timeout 100 .carry/ab/"${v}"/fp8_gemm_bench "" "${m}" > "${out}/fp8_${v}_${m}_${r}.log" 2>&1
+          echo "-- ${v} M ${m} (${r}): GEMM us, %copy"
+          grep -E '^\| v4' "${out}/fp8_${v}_${m}_${r}.log" | cut -d'|' -f2,8,13 | tr '\n' ';'
+          echo
+        done
+      done
     done
-    timeout 300 .carry/ab/pers/fp8_gemm_kernel_test > "${out}/pers_fp8_test.log" 2>&1
-    echo "== pers fp8_gemm_kernel_test: rc $?"; summary "${out}/pers_fp8_test.log"
-    grep -E 'rows differ' "${out}/pers_fp8_test.log" | grep -v ' 0 of ' | head -n 12
+    NCU_SAMPLING_INTERVAL=0 ncu_source_page "${out}" swp_wqb16 swap 40 .carry/ab/swp/fp8_gemm_bench v41_wq_b 16
+    NCU_SAMPLING_INTERVAL=0 ncu_source_page "${out}" swp_wkv1 swap 40 .carry/ab/swp/fp8_gemm_bench v41_wkv 1
+    tail -n 3 "${out}"/swp_wqb16_src_collect.log
     ;;
   2)
     pack_out_logs "${out}"
     trap - EXIT
-    OUT="${out}/b1" timeout 420 bash scripts/gpu_ab_run.sh --batch 1 --runs 2 main pers
+    OUT="${out}/b1" timeout 420 bash scripts/gpu_ab_run.sh --batch 1 --runs 2 main "${2:-pers}"
     ;;
-  *) echo "gpu_pending_run: phase 2 or 5" >&2; exit 2 ;;
+  *) echo "gpu_pending_run: phase 2 or 6" >&2; exit 2 ;;
 esac
