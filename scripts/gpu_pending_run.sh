@@ -3,12 +3,12 @@
 # the variants
 #   main (main: attention_bench, cuda_forward_bench, deepinfer, fp8_gemm_bench,
 #         fp8_gemm_kernel_test, mhc_bench),
-#   swp (main + experiments/SERIES: cuda_forward_bench, fp8_gemm_bench, fp8_gemm_kernel_test);
-#   pending: SERIES = swap-prologue (phase 6, then 2 with "main swp").
+#   pers (main + experiments/SERIES: cuda_forward_bench, fp8_gemm_bench, fp8_gemm_kernel_test);
+#   pending: SERIES = swap-prologue (phase 6, then 2).
 # One call per phase, carry [".carry"]:
-#   bash scripts/gpu_pending_run.sh 6  # swp's fp8_gemm_kernel_test, then fp8_gemm_bench at M 1,
-#                                      # 16 and 64 for main / swp alternated twice, then two
-#                                      # source pages of swp's swapped kernel (wq_b M 16, wkv M 1)
+#   bash scripts/gpu_pending_run.sh 6  # pers's fp8_gemm_kernel_test, then fp8_gemm_bench at M 1,
+#                                      # 16 and 64 for main / pers alternated twice, then two
+#                                      # source pages of pers's swapped kernel (wq_b M 16, wkv M 1)
 #   bash scripts/gpu_pending_run.sh 2 VARIANT  # the forward's prefill and batch-1 decode, main
 #                                              # against VARIANT (gpu_ab_run.sh)
 # (Phases 1, 3, 4 and 5, the twenty-seventh and twenty-eighth sessions' variants of the
@@ -16,7 +16,7 @@
 # The bundle, built here:
 #   bash scripts/gpu_ab_prepare.sh \
 #     main=attention_bench,cuda_forward_bench,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench \
-#     swp@SERIES=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test
+#     pers@SERIES=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test
 # Logs packed into ${OUT}/logs.tar.xz.
 set -uo pipefail
 # shellcheck source=scripts/gpu_carry_lib.sh
@@ -26,12 +26,12 @@ M=.carry/ab/main FX=$PWD/.carry/ab/fixture
 summary() { grep -E '^\[  (PASSED|FAILED)  \]|^\[  FAILED  \] [A-Z]' "$1" | head -n 20; }
 case "${1:-6}" in
   6)
-    timeout 300 .carry/ab/swp/fp8_gemm_kernel_test > "${out}/swp_fp8_test.log" 2>&1
-    echo "== swp fp8_gemm_kernel_test: rc $?"; summary "${out}/swp_fp8_test.log"
-    grep -E 'rows differ' "${out}/swp_fp8_test.log" | grep -v ' 0 of ' | head -n 12
+    timeout 300 .carry/ab/pers/fp8_gemm_kernel_test > "${out}/pers_fp8_test.log" 2>&1
+    echo "== pers fp8_gemm_kernel_test: rc $?"; summary "${out}/pers_fp8_test.log"
+    grep -E 'rows differ' "${out}/pers_fp8_test.log" | grep -v ' 0 of ' | head -n 12
     for m in 1 16 64; do
       for r in 1 2; do
-        for v in main swp; do
+        for v in main pers; do
           timeout 100 .carry/ab/"${v}"/fp8_gemm_bench "" "${m}" > "${out}/fp8_${v}_${m}_${r}.log" 2>&1
           echo "-- ${v} M ${m} (${r}): GEMM us, %copy"
           grep -E '^\| v4' "${out}/fp8_${v}_${m}_${r}.log" | cut -d'|' -f2,8,13 | tr '\n' ';'
@@ -39,9 +39,9 @@ case "${1:-6}" in
         done
       done
     done
-    NCU_SAMPLING_INTERVAL=0 ncu_source_page "${out}" swp_wqb16 swap 40 .carry/ab/swp/fp8_gemm_bench v41_wq_b 16
-    NCU_SAMPLING_INTERVAL=0 ncu_source_page "${out}" swp_wkv1 swap 40 .carry/ab/swp/fp8_gemm_bench v41_wkv 1
-    tail -n 3 "${out}"/swp_wqb16_src_collect.log
+    NCU_SAMPLING_INTERVAL=0 ncu_source_page "${out}" pers_wqb16 swap 40 .carry/ab/pers/fp8_gemm_bench v41_wq_b 16
+    NCU_SAMPLING_INTERVAL=0 ncu_source_page "${out}" pers_wkv1 swap 40 .carry/ab/pers/fp8_gemm_bench v41_wkv 1
+    tail -n 3 "${out}"/pers_wqb16_src_collect.log
     ;;
   2)
     pack_out_logs "${out}"
