@@ -207,6 +207,9 @@ class Fp8GemmCudaTest : public ::testing::Test {
     return y;
   }
 
+  // A shape's parity at every batch size (the model shapes' and the ragged shapes' tests).
+  void check_parity(const GemmShape& shape, uint64_t& seed);
+
   DeviceInfo info_;
 };
 
@@ -263,7 +266,22 @@ TEST_F(Fp8GemmCudaTest, ActQuantMatchesCpuBitForBit) {
 // block's largest term) and of the fp32 promotion across K-blocks (<= num_kb * 2^-24 relative).
 TEST_F(Fp8GemmCudaTest, MatchesCpuReferenceOnModelShapes) {
   uint64_t seed = 1000;
-  for (const GemmShape& shape : kShapes) {
+  for (const GemmShape& shape : kShapes)
+    check_parity(shape, seed);
+}
+
+// Shapes off the model's grid: n not a multiple of 64 or of the block (padding weight rows and a
+// partial last scale row), k not a multiple of 128 or of the block (a partial last stage and
+// K-block; num_kb % 4 != 0, so the scale bytes are loaded one by one, not as words).
+TEST_F(Fp8GemmCudaTest, MatchesCpuReferenceOnRaggedShapes) {
+  constexpr GemmShape kRagged[] = {{"ragged_b32", 200, 1296, 32}, {"ragged_b128", 200, 1296, 128}};
+  uint64_t seed = 5000;
+  for (const GemmShape& shape : kRagged)
+    check_parity(shape, seed);
+}
+
+void Fp8GemmCudaTest::check_parity(const GemmShape& shape, uint64_t& seed) {
+  {
     const Weight w = random_weight(shape.n, shape.k, shape.block, ++seed);
     for (const int64_t m : {1, 7, 64, 200, 1000, 4096}) {
       const bool x_bf16 = (seed + m) % 2 == 0;

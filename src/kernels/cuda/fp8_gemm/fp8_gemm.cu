@@ -112,8 +112,7 @@ Fp8GemmPlan plan_fp8_gemm(int64_t m, int64_t n, int64_t k, int block, int sm_cou
     p.block_n = 64 * p.swap_wgs;
     p.stages = fp8_sm90::swap_stages(p.block_m, p.swap_wgs);
     p.a_box_rows = p.block_m;
-    p.smem_bytes = fp8_sm90::sm90_swap_smem_bytes(p.block_m, p.swap_wgs, block,
-                                                  p.chunk_stages * (128 / block));
+    p.smem_bytes = fp8_sm90::sm90_swap_smem_bytes(p.block_m, p.swap_wgs, block);
   } else if (m <= kDecodeMaxM) {
     // Weight streaming: the widest tile that still gives every multiprocessor a CTA.
     p.block_m = 64;

@@ -81,18 +81,39 @@ __device__ __forceinline__ void store_tile(OutT* out, const Sm90Args& args,
   }
 }
 
+// K-blocks kb0 .. kb0 + kKb - 1 of the scale row p packed little-endian into a word (byte kk =
+// K-block kb0 + kk; 0 for a missing row or a K-block past num_kb), one byte load each.
+template <int kKb>
+__device__ __forceinline__ uint32_t load_scale_bytes(const uint8_t* p, bool have, int kb0,
+                                                     int num_kb) {
+  uint32_t w = 0;
+#pragma unroll
+  for (int kk = 0; kk < kKb; ++kk) {
+    if (have && kb0 + kk < num_kb) w |= static_cast<uint32_t>(__ldg(p + kb0 + kk)) << (8 * kk);
+  }
+  return w;
+}
+
+// Byte kk of a packed scale word as the ue8m0 scale it encodes (0 -> 0.0f).
+__device__ __forceinline__ float scale_byte(uint32_t w, int kk) {
+  return __uint_as_float(((w >> (8 * kk)) & 0xffu) << 23);
+}
+
 // Split-K combine inside the cluster (decode). Every consumer thread parks its chunk partial
 // (kRegs values at park[i * 128 + slot], slot unique per consumer thread, 128-strided per
 // warpgroup) in its CTA's (now idle) pipeline shared memory; after a cluster barrier, rank 0 forms
 // total = c0, total = total + c1, ... in chunk order (the same fp32 adds as the prefill fold) into
-// `acc`, and a second barrier keeps the other CTAs' shared memory alive until then. Every thread
-// of every CTA (producer included) calls this exactly once; it returns true for the consumer
-// threads of rank 0, which then store `acc`. kConsumerThreads: consumer threads per CTA (they
-// sync on named barrier 1 before overwriting the pipeline buffers).
+// `acc` (the remote loads of several ranks in flight together), and a second barrier keeps the
+// other CTAs' shared memory alive until then. Every thread of every CTA (producer included) calls
+// this exactly once; it returns true for the consumer threads of rank 0, which then store `acc`.
+// kConsumerThreads: consumer threads per CTA (they sync on named barrier 1 before overwriting the
+// pipeline buffers).
 template <int kRegs, int kConsumerThreads>
 __device__ __forceinline__ bool cluster_chunk_sum(float* acc, bool consumer, float* park) {
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
+  // One K-chunk (cluster-uniform): nothing to combine, no cluster barrier.
+  if (cluster.num_blocks() == 1) return consumer;
   if (consumer) {
     // The last stage's wgmmas of the other warps may still read the pipeline buffers.
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
@@ -104,11 +125,28 @@ __device__ __forceinline__ bool cluster_chunk_sum(float* acc, bool consumer, flo
   const unsigned chunks = cluster.num_blocks();
   const bool mine = consumer && cluster.block_rank() == 0;
   if (mine) {
-    for (unsigned r = 1; r < chunks; ++r) {
-      const float* remote = cluster.map_shared_rank(park, r);
+    // kGroup ranks' partials are loaded before any is added (one remote round trip a group, not
+    // one a rank; 32 registers in flight), then added in rank order.
+    constexpr int kGroup = kRegs >= 32 ? 1 : 32 / kRegs;
+    for (unsigned r0 = 1; r0 < chunks; r0 += kGroup) {
+      float v[kGroup][kRegs];
 #pragma unroll
-      for (int i = 0; i < kRegs; ++i)
-        acc[i] = acc[i] + remote[i * 128];
+      for (int g = 0; g < kGroup; ++g) {
+        if (r0 + g < chunks) {
+          const float* remote = cluster.map_shared_rank(park, r0 + g);
+#pragma unroll
+          for (int i = 0; i < kRegs; ++i)
+            v[g][i] = remote[i * 128];
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        if (r0 + g < chunks) {
+#pragma unroll
+          for (int i = 0; i < kRegs; ++i)
+            acc[i] = acc[i] + v[g][i];
+        }
+      }
     }
   }
   cluster.sync();

@@ -73,8 +73,7 @@ void launch_swap(const Fp8GemmPlan& plan, const Sm90Launch& l, cudaStream_t stre
   const auto run = [&](auto wgs) {
     constexpr int kWgs = decltype(wgs)::value;
     const auto kernel = fp8_gemm_sm90_swap_kernel<kTok, kBlock, kWgs, OutT>;
-    const size_t smem =
-        sm90_swap_smem_bytes(kTok, kWgs, kBlock, plan.chunk_stages * (128 / kBlock));
+    const size_t smem = sm90_swap_smem_bytes(kTok, kWgs, kBlock);
     DI_CHECK(smem == plan.smem_bytes && plan.block_m == kTok && plan.block_n == 64 * kWgs &&
                  plan.stages == swap_stages(kTok, kWgs),
              "fp8_gemm: plan does not match the swapped kernel configuration");

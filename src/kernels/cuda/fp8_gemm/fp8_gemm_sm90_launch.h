@@ -64,22 +64,21 @@ constexpr size_t sm90_prefill_smem_bytes(int stages, bool smem_tot) {
          (smem_tot ? 256 * 64 * sizeof(float) : 0);
 }
 
-// Bytes of the swapped kernel's weight-scale bytes [sw_rows][chunk_kbs], padded to 16 (the
-// activation scales, floats, follow).
-constexpr int swap_sw_bytes(int sw_rows, int chunk_kbs) {
-  return (sw_rows * chunk_kbs + 15) / 16 * 16;
-}
-
 // The swapped kernel (m <= kSwapMaxM): 64 wgs weight rows per CTA as the wgmma A operand, the
-// tokens (padded to `tokens` = 8, 16, 32 or 64) as B; one K-chunk of chunk_kbs K-blocks per CTA,
-// whose weight scale bytes and activation scales (as floats) it keeps in shared memory.
-constexpr size_t sm90_swap_smem_bytes(int tokens, int wgs, int block, int chunk_kbs) {
+// tokens (padded to `tokens` = 8, 16, 32 or 64) as B; one K-chunk per CTA. Each ring stage
+// carries its scale words: one per token and one per weight-block row of the CTA (padded to
+// an even count).
+constexpr int swap_scale_rows(int wgs, int block) {
+  return 64 * wgs / block > 0 ? 64 * wgs / block : 1;
+}
+constexpr int swap_scale_words(int tokens, int wgs, int block) {
+  return tokens + (swap_scale_rows(wgs, block) + 1) / 2 * 2;
+}
+constexpr size_t sm90_swap_smem_bytes(int tokens, int wgs, int block) {
   const int stages = swap_stages(tokens, wgs);
   const size_t stage = static_cast<size_t>(64 * wgs) * 128 + static_cast<size_t>(tokens) * 128;
-  const int sw_rows = 64 * wgs / block > 0 ? 64 * wgs / block : 1;
   return 1024 + stages * stage + 2 * stages * sizeof(uint64_t) +
-         static_cast<size_t>(swap_sw_bytes(sw_rows, chunk_kbs)) +
-         4 * static_cast<size_t>(tokens) * chunk_kbs;
+         static_cast<size_t>(stages) * swap_scale_words(tokens, wgs, block) * sizeof(uint32_t);
 }
 
 template <int kBlock>

@@ -56,17 +56,6 @@ struct StageScales {
   uint32_t w[kScaleCols];
 };
 
-template <int kKb>
-__device__ __forceinline__ uint32_t load_scale_bytes(const uint8_t* p, bool have, int kb0,
-                                                     int num_kb) {
-  uint32_t w = 0;
-#pragma unroll
-  for (int kk = 0; kk < kKb; ++kk) {
-    if (have && kb0 + kk < num_kb) w |= static_cast<uint32_t>(__ldg(p + kb0 + kk)) << (8 * kk);
-  }
-  return w;
-}
-
 template <int kKb, int kScaleCols>
 __device__ __forceinline__ StageScales<kKb, kScaleCols> load_stage_scales(
     const uint8_t* sa0, const uint8_t* sa1, const uint8_t* const (&sw)[kScaleCols], bool have0,
@@ -90,11 +79,6 @@ __device__ __forceinline__ StageScales<kKb, kScaleCols> load_stage_scales(
       r.w[c] = load_scale_bytes<kKb>(sw[c], sw_have[c], kb0, num_kb);
   }
   return r;
-}
-
-// Byte kk of a packed scale word as the ue8m0 scale it encodes (0 -> 0.0f).
-__device__ __forceinline__ float scale_byte(uint32_t w, int kk) {
-  return __uint_as_float(((w >> (8 * kk)) & 0xffu) << 23);
 }
 
 // The epilogue of a tile inside the output (every row and column valid, n even): the thread's

@@ -7,15 +7,19 @@
 //
 // CTA = kWgs consumer warpgroups (64 weight rows each; they share the token tile, so the tokens
 // are read from L2 once per 64 * kWgs weight rows) + one producer warp (warp 4 kWgs, one thread
-// issues the bulk tensor copies). The K-chunk's weight scale bytes and activation scales (as
-// floats, [K-block][token], so that a thread's token pair is one 8-byte load in the promotion)
-// are staged in shared memory at the start. Per stage the consumer issues the wgmmas of every
-// K-block of the stage into separate partials (one commit group), frees the stage as soon as they
-// completed, and promotes in K order: acc = fma(partial, s_x * s_w, acc) — per output element
-// exactly the operations of the unswapped kernel (fp8_gemm_sm90.cuh; the tensor core's 32-product
-// sum does not depend on which operand is A), so rows stay bitwise batch-invariant across the two
-// kernels. The K-chunk sums are combined in chunk order through distributed shared memory
-// (cluster_chunk_sum).
+// issues the bulk tensor copies; its 32 lanes copy the stage's scale words with cp.async, which
+// the stage's full barrier also waits for). So the scale bytes travel with the stage: a word of
+// four K-blocks per token and per weight-block row in a small slot beside the stage, read with
+// two or three shared loads a stage. (Staging the K-chunk's scales in shared memory at the
+// start put ~2-3 serialised L2 round trips after the wait for the preceding kernel; loading
+// them from global memory one stage ahead in the consumers cost an L2 round trip a stage on the
+// multi-chunk shapes; docs/PERF.md, twenty-eighth session.) Per stage the consumer issues the
+// wgmmas of every K-block of the stage into separate partials (one commit group), frees the stage
+// as soon as they completed, and promotes in K order: acc = fma(partial, s_x * s_w, acc) — per
+// output element exactly the operations of the unswapped kernel (fp8_gemm_sm90.cuh; the tensor
+// core's 32-product sum does not depend on which operand is A), so rows stay bitwise
+// batch-invariant across the two kernels. The K-chunk sums are combined in chunk order through
+// distributed shared memory (cluster_chunk_sum).
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -26,6 +30,15 @@
 #include "kernels/cuda/fp8_gemm/fp8_gemm_sm90.cuh"
 
 namespace di::fp8_sm90 {
+
+// The scale words of one K-stage a consumer thread of the swapped kernel needs (4 K-blocks'
+// bytes of a row each, little-endian): its kTok / 4 tokens' activation rows (token
+// 8 (q / 2) + 2 (lane % 4) + q % 2) and its weight-block row.
+template <int kTok>
+struct SwapScales {
+  uint32_t x[kTok / 4];
+  uint32_t w;
+};
 
 template <typename OutT>
 __device__ __forceinline__ void store_one(OutT* p, float v) {
@@ -49,7 +62,8 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
   constexpr int kMmaPerKb = kBlock / 32;
   constexpr int kStageW = kRows * kStageK;
   constexpr int kStageX = kTok * kStageK;
-  constexpr int kSwRows = kRows / kBlock > 0 ? kRows / kBlock : 1;  // weight-scale rows touched
+  constexpr int kSwRows = swap_scale_rows(kWgs, kBlock);
+  constexpr int kScWords = swap_scale_words(kTok, kWgs, kBlock);
 
   extern __shared__ uint8_t smem_raw[];
   const StageRing ring = carve_stage_ring<kStages, kStageW, kStageX>(smem_raw);
@@ -57,78 +71,116 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
   uint8_t* s_x = ring.b;
   uint64_t* full = ring.full;
   uint64_t* empty = ring.empty;
-  uint8_t* s_swb = ring.tail;  // [kSwRows][chunk_kbs]
-  const int chunk_kbs = args.chunk_stages * kKbPerStage;
-  // Activation scales as floats [chunk_kbs][kTok] (a thread's token pair is one 8-byte load).
-  float* s_sxf = reinterpret_cast<float*>(s_swb + swap_sw_bytes(kSwRows, chunk_kbs));
+  // Each stage's scale words (4 K-blocks' bytes of a row each, K-block kbw + i at byte i, kbw =
+  // the stage's first K-block rounded down to 4): tokens [0, kTok), then the CTA's weight-block
+  // rows [kTok, kTok + kSwRows).
+  uint32_t* s_sc = reinterpret_cast<uint32_t*>(ring.tail);
 
   const int n0 = blockIdx.x * kRows;
   const int it_begin = static_cast<int>(blockIdx.z) * args.chunk_stages;
   const int it_end = min(args.num_k_stages, it_begin + args.chunk_stages);
-  const int kb_begin = it_begin * kKbPerStage;
-  const int nkb = min(args.num_kb, it_end * kKbPerStage) - kb_begin;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
 
-  if (threadIdx.x == 128 * kWgs) init_stage_ring<kStages>(ring, 4 * kWgs, &map_x, &map_w);
+  // full: the producer's expect_tx + its 32 lanes' scale-word arrivals.
+  if (threadIdx.x == 128 * kWgs) init_stage_ring<kStages>(ring, 4 * kWgs, &map_x, &map_w, 33);
   __syncthreads();
 
   grid_launch_dependents();  // the next kernel may start its weight-only prologue early
 
+  // 32-bit scale-word copies: every row base 4-byte aligned (num_kb % 4 == 0, aligned bases).
+  const bool words = (args.num_kb % 4) == 0 &&
+                     (reinterpret_cast<uintptr_t>(args.act_scale) % 4) == 0 &&
+                     (reinterpret_cast<uintptr_t>(args.weight_scale) % 4) == 0;
+
   if (warp == 4 * kWgs) {
-    // Producer: kStages stages of (weight slab, tokens) copies in flight. The weight copies of
-    // the first stages go out before the wait for the preceding kernel (programmatic dependent
-    // launch): the weight does not depend on it, the tokens do.
-    if (lane == 0) {
-      constexpr uint32_t kTx = kStageW + kStageX;
-      const int pre = min(kStages, it_end - it_begin);
-      for (int li = 0; li < pre; ++li) {
+    // Producer: kStages stages of (weight slab, tokens, scale words) copies in flight; lane 0
+    // issues the bulk tensor copies, the 32 lanes the scale words (cp.async, whose completion
+    // the stage's full barrier also waits for: the words arrive with the stage). The weight
+    // copies and words of the first stages go out before the wait for the preceding kernel
+    // (programmatic dependent launch): the weight does not depend on it, the tokens do.
+    constexpr uint32_t kTx = kStageW + kStageX;
+    // Stage it's scale words into ring slot s: kPart 1 the weight rows, 2 the tokens (>= m: 0,
+    // their codes are the copy's zero fill), 3 both.
+    const auto copy_words = [&](int s, int it, auto part) {
+      constexpr int kPart = decltype(part)::value;
+      const int kbw = (it * kKbPerStage) & ~3;
+      uint32_t* dst = s_sc + s * kScWords;
+      for (int i = lane; i < kTok + kSwRows; i += 32) {
+        const bool tok = i < kTok;
+        if ((tok && (kPart & 2) == 0) || (!tok && (kPart & 1) == 0)) continue;
+        const int r = n0 / kBlock + (i - kTok);
+        const bool have = tok ? i < args.m : r < args.scale_rows;
+        const uint8_t* row = tok ? args.act_scale + static_cast<int64_t>(i) * args.num_kb
+                                 : args.weight_scale + static_cast<int64_t>(r) * args.num_kb;
+        if (words) {
+          cp_async4_shared(dst + i, row + kbw, have);
+        } else {
+          dst[i] = load_scale_bytes<4>(row, have, kbw, args.num_kb);
+        }
+      }
+    };
+    // This lane's words of stage slot s are written (cp.async: once they have landed).
+    const auto words_arrive = [&](int s) {
+      if (words) {
+        cp_async_mbar_arrive_noinc(&full[s]);
+      } else {
+        mbar_arrive(&full[s]);
+      }
+    };
+    const int pre = min(kStages, it_end - it_begin);
+    for (int li = 0; li < pre; ++li) {
+      if (lane == 0) {
         mbar_arrive_expect_tx(&full[li], kTx);
         tma_load_2d(s_w + li * kStageW, &map_w, &full[li], (it_begin + li) * kStageK, n0);
       }
-      grid_dependency_wait();
-      for (int li = 0; li < pre; ++li)
+      copy_words(li, it_begin + li, std::integral_constant<int, 1>{});
+    }
+    grid_dependency_wait();
+    for (int li = 0; li < pre; ++li) {
+      if (lane == 0) {
         tma_load_2d(s_x + li * kStageX, &map_x, &full[li], (it_begin + li) * kStageK, 0);
-      for (int it = it_begin + pre; it < it_end; ++it) {
-        const int li = it - it_begin;
-        const int s = li % kStages;
-        mbar_wait(&empty[s], ((li / kStages) - 1) & 1);
+      }
+      copy_words(li, it_begin + li, std::integral_constant<int, 2>{});
+      words_arrive(li);
+    }
+    for (int it = it_begin + pre; it < it_end; ++it) {
+      const int li = it - it_begin;
+      const int s = li % kStages;
+      mbar_wait(&empty[s], ((li / kStages) - 1) & 1);
+      if (lane == 0) {
         mbar_arrive_expect_tx(&full[s], kTx);
         tma_load_2d(s_w + s * kStageW, &map_w, &full[s], it * kStageK, n0);
         tma_load_2d(s_x + s * kStageX, &map_x, &full[s], it * kStageK, 0);
       }
+      copy_words(s, it, std::integral_constant<int, 3>{});
+      words_arrive(s);
     }
     cluster_chunk_sum<kRegs, 128 * kWgs>(nullptr, false, nullptr);
     return;
   }
 
-  // The chunk's scale bytes: weight [kSwRows][nkb] (rows past the weight: 1.0, never stored) and
-  // activations [kTok][nkb] (tokens >= m: 0; their codes are the copy's zero fill).
-  const int t = threadIdx.x;
-  for (int i = t; i < kSwRows * nkb; i += 128 * kWgs) {
-    const int c = i / nkb;
-    const int j = i - c * nkb;
-    const int r = n0 / kBlock + c;
-    s_swb[c * chunk_kbs + j] =
-        r < args.scale_rows
-            ? args.weight_scale[static_cast<int64_t>(r) * args.num_kb + kb_begin + j]
-            : uint8_t{127};
-  }
-  grid_dependency_wait();  // the activation scales come from the preceding kernel
-  for (int i = t; i < kTok * nkb; i += 128 * kWgs) {
-    const int tok = i / nkb;
-    const int j = i - tok * nkb;
-    s_sxf[j * kTok + tok] = ue8m0_to_float(
-        tok < args.m ? args.act_scale[static_cast<int64_t>(tok) * args.num_kb + kb_begin + j]
-                     : uint8_t{0});
-  }
-  asm volatile("bar.sync 2, %0;" ::"n"(128 * kWgs) : "memory");
-
   const int wg = warp / 4;              // consumer warpgroup: weight rows [64 wg, 64 wg + 64)
   const int r0 = warp * 16 + lane / 4;  // this thread's weight rows: r0, r0 + 8 (same B-block)
-  const uint32_t swb = smem_addr(s_swb + (r0 / kBlock) * chunk_kbs);  // shared addresses
-  const uint32_t sxf = smem_addr(s_sxf);
   const int tok_lane = 2 * (lane % 4);  // this thread's tokens: 8 j + tok_lane (+1)
+
+  const uint32_t sc_base = smem_addr(s_sc);
+  const uint32_t sw_off = 4u * static_cast<uint32_t>(kTok + r0 / kBlock);  // weight-block row
+  const uint32_t sx_off = 4u * static_cast<uint32_t>(tok_lane);
+  // The scale words of the stage in slot s (read before the slot is released).
+  const auto read_words = [&](int s) {
+    SwapScales<kTok> sc;
+    const uint32_t slot = sc_base + 4u * static_cast<uint32_t>(s * kScWords);
+    sc.w = __float_as_uint(lds_f32(slot + sw_off));
+#pragma unroll
+    for (int j = 0; j < kTok / 8; ++j) {
+      const float2 v = lds_f32x2(slot + sx_off + 32u * j);
+      sc.x[2 * j] = __float_as_uint(v.x);
+      sc.x[2 * j + 1] = __float_as_uint(v.y);
+    }
+    return sc;
+  };
+  grid_dependency_wait();  // (the output may be read by the preceding kernel)
 
   float acc[kRegs];
 #pragma unroll
@@ -136,20 +188,19 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
     acc[i] = 0.0f;
 
   // acc = fma(partial_kb, s_x[tok, kb] * s_w[kb], acc) for the K-blocks kk0 .. kk0 + kN - 1 of
-  // stage li (K order; partial_kb from the wgmmas of that block alone).
-  auto promote = [&](int li, int kk0, const auto& part, auto n_blocks) {
+  // stage it (K order; partial_kb from the wgmmas of that block alone).
+  auto promote = [&](int it, int kk0, const SwapScales<kTok>& sc, const auto& part, auto n_blocks) {
     constexpr int kN = decltype(n_blocks)::value;
 #pragma unroll
     for (int b = 0; b < kN; ++b) {
-      const int kbl = li * kKbPerStage + kk0 + b;  // K-block within the chunk
-      if (kbl >= nkb) break;
-      const float sw = ue8m0_to_float(static_cast<uint8_t>(lds_u8(swb + kbl)));
+      const int kk = kk0 + b;
+      if (it * kKbPerStage + kk >= args.num_kb) break;
+      const int byte = ((it * kKbPerStage) & 3) + kk;  // its byte in the words
+      const float sw = scale_byte(sc.w, byte);
 #pragma unroll
       for (int j = 0; j < kTok / 8; ++j) {
-        const int tok = 8 * j + tok_lane;
-        const float2 sx = lds_f32x2(sxf + 4 * (kbl * kTok + tok));
-        const float s0 = sx.x * sw;  // powers of two
-        const float s1 = sx.y * sw;
+        const float s0 = scale_byte(sc.x[2 * j], byte) * sw;  // powers of two
+        const float s1 = scale_byte(sc.x[2 * j + 1], byte) * sw;
         acc[4 * j + 0] = fmaf(part[b][4 * j + 0], s0, acc[4 * j + 0]);
         acc[4 * j + 1] = fmaf(part[b][4 * j + 1], s1, acc[4 * j + 1]);
         acc[4 * j + 2] = fmaf(part[b][4 * j + 2], s0, acc[4 * j + 2]);
@@ -201,19 +252,20 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
     float part[kBatch][kRegs];
     for (int li = 0; li < n_st; ++li) {
       wait_full(li);
+      const SwapScales<kTok> cur = read_words(li % kStages);
 #pragma unroll
       for (int kk0 = 0; kk0 < kKbPerStage; kk0 += kBatch) {
         issue(li, kk0, part, Batch{});
         wgmma_wait<0>();
         settle(part, Batch{});
         if (kk0 + kBatch == kKbPerStage) release(li);
-        promote(li, kk0, part, Batch{});
+        promote(it_begin + li, kk0, cur, part, Batch{});
       }
     }
   }
 
   if (cluster_chunk_sum<kRegs, 128 * kWgs>(
-          acc, true, reinterpret_cast<float*>(ring.a) + wg * kRegs * 128 + t % 128)) {
+          acc, true, reinterpret_cast<float*>(ring.a) + wg * kRegs * 128 + threadIdx.x % 128)) {
     OutT* out = static_cast<OutT*>(args.out);
 #pragma unroll
     for (int j = 0; j < kTok / 8; ++j) {

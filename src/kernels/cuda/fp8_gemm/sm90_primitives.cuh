@@ -111,11 +111,13 @@ __device__ __forceinline__ StageRing carve_stage_ring(uint8_t* smem_raw) {
   return r;
 }
 
-// One thread: the ring's barriers (full: the producer's one arrival + the copies' bytes; empty:
-// `consumer_arrivals`), made visible to the copy engine, and the two tensor maps prefetched.
+// One thread: the ring's barriers (full: `full_arrivals` — the producer's expect_tx arrival and
+// any others — + the copies' bytes; empty: `consumer_arrivals`), made visible to the copy engine,
+// and the two tensor maps prefetched.
 template <int kStages>
 __device__ __forceinline__ void init_stage_ring(const StageRing& r, uint32_t consumer_arrivals,
-                                                const CUtensorMap* map_a, const CUtensorMap* map_b);
+                                                const CUtensorMap* map_a, const CUtensorMap* map_b,
+                                                uint32_t full_arrivals = 1);
 
 // 2-D bulk tensor copy global -> shared, completing `bar`'s transaction count. c0 is the inner
 // (contiguous) coordinate.
@@ -128,16 +130,30 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// 4 bytes global -> shared (cp.async through L1); valid = false zero-fills and reads nothing.
+__device__ __forceinline__ void cp_async4_shared(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)),
+               "l"(reinterpret_cast<uint64_t>(src)), "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+// One arrival on `bar` once all of this thread's earlier cp.async copies have landed (counted in
+// the barrier's expected arrivals: .noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar))
+               : "memory");
+}
+
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
 template <int kStages>
 __device__ __forceinline__ void init_stage_ring(const StageRing& r, uint32_t consumer_arrivals,
-                                                const CUtensorMap* map_a,
-                                                const CUtensorMap* map_b) {
+                                                const CUtensorMap* map_a, const CUtensorMap* map_b,
+                                                uint32_t full_arrivals) {
   for (int s = 0; s < kStages; ++s) {
-    mbar_init(&r.full[s], 1);
+    mbar_init(&r.full[s], full_arrivals);
     mbar_init(&r.empty[s], consumer_arrivals);
   }
   mbar_init_fence();
