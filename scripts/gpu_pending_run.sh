@@ -3,20 +3,23 @@
 # the variants
 #   main (main: attention_bench, cuda_forward_bench, deepinfer, fp8_gemm_bench,
 #         fp8_gemm_kernel_test, mhc_bench),
-#   pers (main + experiments/SERIES: cuda_forward_bench, fp8_gemm_bench, fp8_gemm_kernel_test);
-#   pending: SERIES = swap-prologue (phase 6, then 2).
+#   VARIANT (main + experiments/SERIES: cuda_forward_bench, fp8_gemm_bench, fp8_gemm_kernel_test),
+#   pending: pers@swap-scales-ahead and rel@cluster-relax (twenty-eighth session).
 # One call per phase, carry [".carry"]:
-#   bash scripts/gpu_pending_run.sh 6  # pers's fp8_gemm_kernel_test, then fp8_gemm_bench at M 1,
-#                                      # 16 and 64 for main / pers alternated twice, then two
-#                                      # source pages of pers's swapped kernel (wq_b M 16, wkv M 1)
-#   bash scripts/gpu_pending_run.sh 2 VARIANT  # the forward's prefill and batch-1 decode, main
-#                                              # against VARIANT (gpu_ab_run.sh)
+#   bash scripts/gpu_pending_run.sh 6 pers rel  # each variant's fp8_gemm_kernel_test, then
+#                                               # fp8_gemm_bench at M 1, 16 and 64 for main and
+#                                               # the variants alternated twice, then two source
+#                                               # pages of the first variant's swapped kernel
+#                                               # (wq_b M 16, wkv M 1)
+#   bash scripts/gpu_pending_run.sh 2 VARIANT   # the forward's prefill and batch-1 decode, main
+#                                               # against VARIANT (gpu_ab_run.sh)
 # (Phases 1, 3, 4 and 5, the twenty-seventh and twenty-eighth sessions' variants of the
 # persistent prefill kernel, are in git history.)
-# The bundle, built here:
+# The bundle, built here (a variant's worktree, .cache/ab-wt/VARIANT, keeps its build folder):
 #   bash scripts/gpu_ab_prepare.sh \
 #     main=attention_bench,cuda_forward_bench,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench \
-#     pers@SERIES=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test
+#     pers@swap-scales-ahead=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test \
+#     rel@cluster-relax=fp8_gemm_bench,fp8_gemm_kernel_test
 # Logs packed into ${OUT}/logs.tar.xz.
 set -uo pipefail
 # shellcheck source=scripts/gpu_carry_lib.sh
@@ -26,12 +29,16 @@ M=.carry/ab/main FX=$PWD/.carry/ab/fixture
 summary() { grep -E '^\[  (PASSED|FAILED)  \]|^\[  FAILED  \] [A-Z]' "$1" | head -n 20; }
 case "${1:-6}" in
   6)
-    timeout 300 .carry/ab/pers/fp8_gemm_kernel_test > "${out}/pers_fp8_test.log" 2>&1
-    echo "== pers fp8_gemm_kernel_test: rc $?"; summary "${out}/pers_fp8_test.log"
-    grep -E 'rows differ' "${out}/pers_fp8_test.log" | grep -v ' 0 of ' | head -n 12
+    variants=("${@:2}")
+    ((${#variants[@]})) || variants=(pers)
+    for v in "${variants[@]}"; do
+      timeout 300 .carry/ab/"${v}"/fp8_gemm_kernel_test > "${out}/${v}_fp8_test.log" 2>&1
+      echo "== ${v} fp8_gemm_kernel_test: rc $?"; summary "${out}/${v}_fp8_test.log"
+      grep -E 'rows differ' "${out}/${v}_fp8_test.log" | grep -v ' 0 of ' | head -n 12
+    done
     for m in 1 16 64; do
       for r in 1 2; do
-        for v in main pers; do
+        for v in main "${variants[@]}"; do
           timeout 100 .carry/ab/"${v}"/fp8_gemm_bench "" "${m}" > "${out}/fp8_${v}_${m}_${r}.log" 2>&1
           echo "-- ${v} M ${m} (${r}): GEMM us, %copy"
           grep -E '^\| v4' "${out}/fp8_${v}_${m}_${r}.log" | cut -d'|' -f2,8,13 | tr '\n' ';'
@@ -39,9 +46,10 @@ case "${1:-6}" in
         done
       done
     done
-    NCU_SAMPLING_INTERVAL=0 ncu_source_page "${out}" pers_wqb16 swap 40 .carry/ab/pers/fp8_gemm_bench v41_wq_b 16
-    NCU_SAMPLING_INTERVAL=0 ncu_source_page "${out}" pers_wkv1 swap 40 .carry/ab/pers/fp8_gemm_bench v41_wkv 1
-    tail -n 3 "${out}"/pers_wqb16_src_collect.log
+    v=${variants[0]}
+    NCU_SAMPLING_INTERVAL=0 ncu_source_page "${out}" "${v}_wqb16" swap 40 .carry/ab/"${v}"/fp8_gemm_bench v41_wq_b 16
+    NCU_SAMPLING_INTERVAL=0 ncu_source_page "${out}" "${v}_wkv1" swap 40 .carry/ab/"${v}"/fp8_gemm_bench v41_wkv 1
+    tail -n 3 "${out}/${v}_wqb16_src_collect.log"
     ;;
   2)
     pack_out_logs "${out}"
