@@ -15,12 +15,6 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 // Shared-memory loads by 32-bit shared address (explicit ld.shared: a generic load of a pointer
 // whose address space the compiler lost goes through the slower generic path).
-__device__ __forceinline__ uint32_t lds_u8(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
-
 __device__ __forceinline__ float lds_f32(uint32_t addr) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
