@@ -6,6 +6,11 @@
 #   VARIANT (main + experiments/SERIES: cuda_forward_bench, fp8_gemm_bench, fp8_gemm_kernel_test),
 #   pending: pers@swap-scales-ahead and rel@cluster-relax (twenty-eighth session).
 # One call per phase, carry [".carry"]:
+#   bash scripts/gpu_pending_run.sh 7           # first: main's forward parity (its
+#                                               # cuda_forward_test and fp8_gemm_kernel_test, the
+#                                               # fixture replays in fp32 / bf16) and batch 1: the
+#                                               # twenty-eighth session merged the swapped decode
+#                                               # GEMM's new scale path without a forward run
 #   bash scripts/gpu_pending_run.sh 6 pers rel  # each variant's fp8_gemm_kernel_test, then
 #                                               # fp8_gemm_bench at M 1, 16 and 64 for main and
 #                                               # the variants alternated twice, then two source
@@ -16,8 +21,8 @@
 # (Phases 1, 3, 4 and 5, the twenty-seventh and twenty-eighth sessions' variants of the
 # persistent prefill kernel, are in git history.)
 # The bundle, built here (a variant's worktree, .cache/ab-wt/VARIANT, keeps its build folder):
-#   bash scripts/gpu_ab_prepare.sh \
-#     main=attention_bench,cuda_forward_bench,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench \
+#   bash scripts/gpu_ab_prepare.sh --fixture \
+#     main=attention_bench,cuda_forward_bench,cuda_forward_test,deepinfer,fp8_gemm_bench,fp8_gemm_kernel_test,mhc_bench \
 #     pers@swap-scales-ahead=cuda_forward_bench,fp8_gemm_bench,fp8_gemm_kernel_test \
 #     rel@cluster-relax=fp8_gemm_bench,fp8_gemm_kernel_test
 # Logs packed into ${OUT}/logs.tar.xz.
@@ -51,10 +56,15 @@ case "${1:-6}" in
     NCU_SAMPLING_INTERVAL=0 ncu_source_page "${out}" "${v}_wkv1" swap 40 .carry/ab/"${v}"/fp8_gemm_bench v41_wkv 1
     tail -n 3 "${out}/${v}_wqb16_src_collect.log"
     ;;
+  7)
+    pack_out_logs "${out}"
+    trap - EXIT
+    OUT="${out}/p" timeout 560 bash scripts/gpu_ab_run.sh --parity main --batch 1 --runs 1 main
+    ;;
   2)
     pack_out_logs "${out}"
     trap - EXIT
     OUT="${out}/b1" timeout 420 bash scripts/gpu_ab_run.sh --batch 1 --runs 2 main "${2:-pers}"
     ;;
-  *) echo "gpu_pending_run: phase 2 or 6" >&2; exit 2 ;;
+  *) echo "gpu_pending_run: phase 2, 6 or 7" >&2; exit 2 ;;
 esac
