@@ -8,7 +8,8 @@
 # One call per phase, carry [".carry"]:
 #   bash scripts/gpu_pending_run.sh 7           # first: main's forward parity (its
 #                                               # cuda_forward_test and fp8_gemm_kernel_test, the
-#                                               # fixture replays in fp32 / bf16) and batch 1: the
+#                                               # fixture replays in fp32 / bf16) and batch 1,
+#                                               # traced (the per-kernel chain for planning): the
 #                                               # twenty-eighth session merged the swapped decode
 #                                               # GEMM's new scale path without a forward run
 #   bash scripts/gpu_pending_run.sh 6 pers rel  # each variant's fp8_gemm_kernel_test, then
@@ -59,7 +60,8 @@ case "${1:-6}" in
   7)
     pack_out_logs "${out}"
     trap - EXIT
-    OUT="${out}/p" timeout 560 bash scripts/gpu_ab_run.sh --parity main --batch 1 --runs 1 main
+    OUT="${out}/p" timeout 560 bash scripts/gpu_ab_run.sh --parity main --batch 1 --runs 1 \
+      --trace 'fp8_gemm' main
     ;;
   2)
     pack_out_logs "${out}"
