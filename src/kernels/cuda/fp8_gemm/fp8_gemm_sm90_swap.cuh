@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/fp8_gemm/fp8_gemm_sm90.cuh"
 
 namespace di::fp8_sm90 {
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(128 * kWgs + 32, swap_min_ctas(kTok, kWgs))
         const uint8_t* row = tok ? args.act_scale + static_cast<int64_t>(i) * args.num_kb
                                  : args.weight_scale + static_cast<int64_t>(r) * args.num_kb;
         if (words) {
-          cp_async4_shared(dst + i, row + kbw, have);
+          cuda_detail::cp_async4(dst + i, row + kbw, have);
         } else {
           dst[i] = load_scale_bytes<4>(row, have, kbw, args.num_kb);
         }

@@ -124,13 +124,6 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
-// 4 bytes global -> shared (cp.async through L1); valid = false zero-fills and reads nothing.
-__device__ __forceinline__ void cp_async4_shared(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)),
-               "l"(reinterpret_cast<uint64_t>(src)), "r"(valid ? 4 : 0)
-               : "memory");
-}
-
 // One arrival on `bar` once all of this thread's earlier cp.async copies have landed (counted in
 // the barrier's expected arrivals: .noinc).
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t* bar) {
